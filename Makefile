@@ -1,0 +1,45 @@
+# The author loop and the user's entry points. Everything runs in .venv.
+#   make book        install everything (first time) and render the book
+#   make test        the whole test suite: tests/ plus every notebook (nbval)
+#   make export      chapters/*.md -> transformer/*.py
+#   make notebooks   export, then regenerate and execute book/*.ipynb
+#                    (one chapter: make notebooks NB=01_softmax)
+#   make all         export, notebooks, test, book
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+NB     ?=
+
+.PHONY: setup data mathjax export notebooks test book all clean
+.DEFAULT_GOAL := book
+
+setup: $(VENV)/.installed data mathjax
+
+$(VENV)/.installed: requirements.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	touch $@
+
+data: $(VENV)/.installed
+	$(PY) -c "from transformer import load_corpus; print(len(load_corpus()), 'characters of corpus cached')"
+
+mathjax:
+	tools/fetch_mathjax.sh
+
+export: $(VENV)/.installed
+	$(PY) tools/literate.py export
+
+notebooks: export
+	$(PY) tools/literate.py execute $(NB)
+
+test: setup
+	$(PY) -m pytest
+
+book: setup
+	$(VENV)/bin/jupyter-book build . -W -n --keep-going
+
+all: notebooks test book
+
+clean:
+	rm -rf _build .pytest_cache
