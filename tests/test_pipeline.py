@@ -136,3 +136,14 @@ def test_directive_parsing():
 def test_status_page_matches_execution_record():
     problems = literate.status_problems()
     assert not problems, "\n".join(problems)
+
+
+def test_chapter_code_lines_fit_the_page():
+    """House style: code lines under 80 characters (the page scrolls beyond)."""
+    long = []
+    for path in literate.chapter_paths():
+        for i, cell in enumerate(literate.read_chapter(path).cells):
+            if cell.cell_type == "code":
+                long += [f"{path.name} cell {i}: {len(ln)} chars"
+                         for ln in cell.source.splitlines() if len(ln) > 79]
+    assert not long, "\n".join(long)
