@@ -15,6 +15,7 @@ from .data import (  # noqa: F401
     train_val_split,
 )
 from .attention import causal_mask, attention  # noqa: F401
+from .positions import sinusoidal_encoding, apply_rope  # noqa: F401
 
 __all__ = [
     "softmax",
@@ -29,4 +30,6 @@ __all__ = [
     "train_val_split",
     "causal_mask",
     "attention",
+    "sinusoidal_encoding",
+    "apply_rope",
 ]
