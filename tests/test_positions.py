@@ -104,8 +104,8 @@ def test_matches_hf_llama_rotary():
         cos, sin = rot(q, pos)  # (B, T, Dh) each
         hq, hk = apply_rotary_pos_emb(q[..., to_halves], k[..., to_halves],
                                       cos, sin)
-        ours_q = apply_rope(q, torch.arange(T))[..., to_halves]
-        ours_k = apply_rope(k, torch.arange(T))[..., to_halves]
+        ours_q = apply_rope(q, torch.arange(T), base)[..., to_halves]
+        ours_k = apply_rope(k, torch.arange(T), base)[..., to_halves]
         # float32 angles: rounding of m·ω is below 40 · 6e-8 rad
         torch.testing.assert_close(ours_q, hq, rtol=0, atol=1e-5)
         torch.testing.assert_close(ours_k, hk, rtol=0, atol=1e-5)
