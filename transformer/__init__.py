@@ -16,6 +16,15 @@ from .data import (  # noqa: F401
 )
 from .attention import causal_mask, attention  # noqa: F401
 from .positions import sinusoidal_encoding, apply_rope  # noqa: F401
+from .model import (  # noqa: F401
+    GPTConfig,
+    gpt_param_count,
+    LayerNorm,
+    RMSNorm,
+    gelu_tanh,
+    CausalSelfAttention,
+    Block,
+)
 
 __all__ = [
     "softmax",
@@ -32,4 +41,11 @@ __all__ = [
     "attention",
     "sinusoidal_encoding",
     "apply_rope",
+    "GPTConfig",
+    "gpt_param_count",
+    "LayerNorm",
+    "RMSNorm",
+    "gelu_tanh",
+    "CausalSelfAttention",
+    "Block",
 ]
