@@ -14,6 +14,17 @@ from .data import (  # noqa: F401
     load_corpus,
     train_val_split,
 )
+from .attention import causal_mask, attention  # noqa: F401
+from .positions import sinusoidal_encoding, apply_rope  # noqa: F401
+from .model import (  # noqa: F401
+    GPTConfig,
+    gpt_param_count,
+    LayerNorm,
+    RMSNorm,
+    gelu_tanh,
+    CausalSelfAttention,
+    Block,
+)
 
 __all__ = [
     "softmax",
@@ -26,4 +37,15 @@ __all__ = [
     "load_documents",
     "load_corpus",
     "train_val_split",
+    "causal_mask",
+    "attention",
+    "sinusoidal_encoding",
+    "apply_rope",
+    "GPTConfig",
+    "gpt_param_count",
+    "LayerNorm",
+    "RMSNorm",
+    "gelu_tanh",
+    "CausalSelfAttention",
+    "Block",
 ]
