@@ -14,6 +14,7 @@ from .data import (  # noqa: F401
     load_corpus,
     train_val_split,
 )
+from .optim import AdamW, lr_at, clip_grad_norm  # noqa: F401
 
 __all__ = [
     "softmax",
@@ -26,4 +27,7 @@ __all__ = [
     "load_documents",
     "load_corpus",
     "train_val_split",
+    "AdamW",
+    "lr_at",
+    "clip_grad_norm",
 ]
