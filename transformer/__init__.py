@@ -25,6 +25,7 @@ from .model import (  # noqa: F401
     CausalSelfAttention,
     Block,
 )
+from .optim import AdamW, lr_at, clip_grad_norm  # noqa: F401
 
 __all__ = [
     "softmax",
@@ -48,4 +49,7 @@ __all__ = [
     "gelu_tanh",
     "CausalSelfAttention",
     "Block",
+    "AdamW",
+    "lr_at",
+    "clip_grad_norm",
 ]
