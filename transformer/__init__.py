@@ -14,6 +14,19 @@ from .data import (  # noqa: F401
     load_corpus,
     train_val_split,
 )
+from .bench import (  # noqa: F401
+    quantile,
+    median_ci,
+    latency_summary,
+    cpu_model,
+    environment,
+    time_calls,
+    benchmark,
+    ratio_of_medians_ci,
+    compare,
+    format_latency,
+    write_json,
+)
 
 __all__ = [
     "softmax",
@@ -26,4 +39,15 @@ __all__ = [
     "load_documents",
     "load_corpus",
     "train_val_split",
+    "quantile",
+    "median_ci",
+    "latency_summary",
+    "cpu_model",
+    "environment",
+    "time_calls",
+    "benchmark",
+    "ratio_of_medians_ci",
+    "compare",
+    "format_latency",
+    "write_json",
 ]
