@@ -14,6 +14,7 @@ from .data import (  # noqa: F401
     load_corpus,
     train_val_split,
 )
+from .tokenizer import merge_pair, BPETokenizer  # noqa: F401
 
 __all__ = [
     "softmax",
@@ -26,4 +27,6 @@ __all__ = [
     "load_documents",
     "load_corpus",
     "train_val_split",
+    "merge_pair",
+    "BPETokenizer",
 ]
