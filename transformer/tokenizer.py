@@ -85,6 +85,18 @@ def _check_special_tokens(special_tokens):
     return tuple(special_tokens)
 
 
+def _compile_pattern(pattern):
+    if pattern is None:
+        return None
+    if not isinstance(pattern, str):
+        raise ValueError(f"pattern: expected a regex str or None, got "
+                         f"{type(pattern).__name__}")
+    try:
+        return regex.compile(pattern)
+    except regex.error as err:
+        raise ValueError(f"pattern: not a valid regex ({err})") from None
+
+
 def _special_splitter(specials):
     """A regex whose split() keeps the special tokens (longest first)."""
     alternatives = sorted(specials, key=len, reverse=True)
@@ -203,13 +215,7 @@ class BPETokenizer:
             self.merges.append((a, b))
             self._ranks[(a, b)] = new_id
             self.vocab[new_id] = self.vocab[a] + self.vocab[b]
-        if pattern is not None and not isinstance(pattern, str):
-            raise ValueError(f"pattern: expected a regex str or None, got "
-                             f"{type(pattern).__name__}")
-        try:
-            self._regex = None if pattern is None else regex.compile(pattern)
-        except regex.error as err:
-            raise ValueError(f"pattern: not a valid regex ({err})") from None
+        self._regex = _compile_pattern(pattern)
         self.pattern = pattern
         self.special_tokens = {}  # str -> id
         for tok in _check_special_tokens(special_tokens):
@@ -247,9 +253,7 @@ class BPETokenizer:
             raise ValueError(f"vocab_size: expected an int >= {floor} (256 "
                              f"bytes + {len(special_tokens)} special "
                              f"tokens), got {vocab_size!r}")
-        if pattern is not None and not isinstance(pattern, str):
-            raise ValueError(f"pattern: expected a regex str or None, got "
-                             f"{type(pattern).__name__}")
+        _compile_pattern(pattern)
         chunks = _chunk_counts(text, pattern, special_tokens)
         merges = _train_merges(chunks, vocab_size - floor)
         return cls(merges, pattern, special_tokens)
