@@ -251,8 +251,8 @@ class BPETokenizer:
         floor = 256 + len(special_tokens)
         if type(vocab_size) is not int or vocab_size < floor:
             raise ValueError(f"vocab_size: expected an int >= {floor} (256 "
-                             f"bytes + {len(special_tokens)} special "
-                             f"tokens), got {vocab_size!r}")
+                             f"bytes, plus {len(special_tokens)} for the "
+                             f"special tokens), got {vocab_size!r}")
         _compile_pattern(pattern)
         chunks = _chunk_counts(text, pattern, special_tokens)
         merges = _train_merges(chunks, vocab_size - floor)
