@@ -14,6 +14,7 @@ from .data import (  # noqa: F401
     load_corpus,
     train_val_split,
 )
+from .tokenizer import merge_pair, BPETokenizer  # noqa: F401
 from .attention import causal_mask, attention  # noqa: F401
 from .positions import sinusoidal_encoding, apply_rope  # noqa: F401
 from .model import (  # noqa: F401
@@ -81,6 +82,8 @@ __all__ = [
     "load_documents",
     "load_corpus",
     "train_val_split",
+    "merge_pair",
+    "BPETokenizer",
     "causal_mask",
     "attention",
     "sinusoidal_encoding",
