@@ -2,7 +2,6 @@
 answers are known (closed forms, NumPy's quantiles, a fake clock)."""
 import json
 import math
-import sys
 
 import numpy as np
 import pytest
@@ -12,8 +11,6 @@ from transformer.bench import (benchmark, compare, environment,
                                format_latency, latency_summary, median_ci,
                                quantile, ratio_of_medians_ci, time_calls,
                                write_json)
-
-sys.path.insert(0, "tools")
 
 
 @pytest.mark.parametrize("n", [2, 5, 30, 101])
@@ -153,7 +150,7 @@ def test_bad_input(call, arg):
 
 
 def test_cli(tmp_path):
-    import bench as cli  # tools/bench.py
+    import bench as cli  # tools/bench.py (tools/ is on sys.path: conftest)
 
     assert cli.main(["--name", "t", "--repeat", "5", "--warmup", "1",
                      "--setup", "x = list(range(50))", "--stmt", "sum(x)",
