@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from transformer.bench import benchmark, compare, environment, write_json  # noqa
+from transformer.bench import (benchmark, compare,  # noqa: E402
+                               environment, write_json)
 from transformer.cost_model import (attention_flop_share,  # noqa: E402
                                     attention_timing_parts)
 

@@ -96,7 +96,9 @@ def latency_summary(samples: Sequence[float], level: float = 0.95,
 
 
 def cpu_model() -> str:
-    """The CPU's model name from /proc/cpuinfo (Linux), else platform's."""
+    """The CPU's model name from /proc/cpuinfo (Linux), else platform's.
+
+    Defined in appendix "Measuring honestly", section "The code"."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -278,7 +280,9 @@ def compare(fn_a: Callable[[], object], fn_b: Callable[[], object],
 
 
 def format_latency(summary: dict, unit: str = "ms") -> str:
-    """One line: p50 [CI], p95, p99, min, max, each with its unit."""
+    """One line: p50 [CI], p95, p99, min, max, each with its unit.
+
+    Defined in appendix "Measuring honestly", section "The code"."""
     scale = {"s": 1.0, "ms": 1e3, "us": 1e6}.get(unit)
     if scale is None:
         raise ValueError(f"unit: expected 's', 'ms' or 'us', got {unit!r}")
@@ -290,7 +294,9 @@ def format_latency(summary: dict, unit: str = "ms") -> str:
 
 
 def write_json(record: dict, path: str | Path) -> Path:
-    """Write a benchmark record as JSON (parents created); return the path."""
+    """Write a benchmark record as JSON (parents created); return the path.
+
+    Defined in appendix "Measuring honestly", section "The code"."""
     path = Path(path)
     if path.suffix != ".json":
         raise ValueError(f"path: expected a file name ending in .json, "

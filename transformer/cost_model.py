@@ -277,7 +277,9 @@ def cost_table(config=None, contexts: Sequence[int] = (
 
 
 def format_cost_table(rows: list[dict]) -> str:
-    """The cost table as aligned text (GFLOP, %, MB)."""
+    """The cost table as aligned text (GFLOP, %, MB).
+
+    Defined in chapter "The cost model", section "GPT-2 small"."""
     head = (f"{'T':>6} {'GFLOP':>9} {'attn %':>7} {'attn % +head':>12} "
             f"{'scores MB':>10} {'act. MB':>9} {'KV MB':>8} "
             f"{'weights MB':>10}")
@@ -294,7 +296,9 @@ def format_cost_table(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m transformer cost ...`: print the cost table for a shape."""
+    """`python -m transformer cost ...`: print the cost table for a shape.
+
+    Defined in chapter "The cost model", section "The command line"."""
     p = argparse.ArgumentParser(prog="cost", description=(
         "Parameters, FLOPs and memory of a decoder-only Transformer "
         "(chapter 'The cost model'). Defaults: GPT-2 small."))
@@ -341,6 +345,7 @@ def attention_timing_parts(T: int, n_embd: int, n_head: int,
     g = torch.Generator().manual_seed(seed)
     w = lambda *shape: torch.randn(*shape, generator=g) / math.sqrt(
         shape[0])  # noqa: E731
+    # (D, 3D), (D, D), (D, F), (F, D): scaled so activations stay O(1)
     W_qkv, W_o, W_1, W_2 = w(D, 3 * D), w(D, D), w(D, F), w(F, D)
     x = torch.randn(B, T, D, generator=g)  # (B, T, D)
     causal = torch.ones(T, T, dtype=torch.bool).tril()  # (T, T)

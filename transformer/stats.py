@@ -77,7 +77,9 @@ def _check_q(q: float) -> None:
 
 
 def normal_cdf(x: float) -> float:
-    """Standard normal CDF, 1/2 (1 + erf(x / sqrt 2))."""
+    """Standard normal CDF, 1/2 (1 + erf(x / sqrt 2)).
+
+    Derived in chapter "Evaluation uncertainty and error bars", move 4."""
     return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
 
 
@@ -127,7 +129,9 @@ def t_quantile(q: float, df: float) -> float:
 
 @dataclass(frozen=True)
 class Summary:
-    """n, mean, sd, se and a (lo, hi) interval at `level` by `method`."""
+    """n, mean, sd, se and a (lo, hi) interval at `level` by `method`.
+
+    Defined in chapter "Evaluation uncertainty and error bars", moves 2-3."""
     n: int
     mean: float
     sd: float
@@ -237,7 +241,10 @@ def unpaired_difference(a: Sequence[float], b: Sequence[float],
 
 
 def format_summary(s: Summary, digits: int = 3) -> str:
-    """'0.800 [0.750, 0.850] (95% t, n=5)': the form every table uses."""
+    """'0.800 [0.750, 0.850] (95% t, n=5)': the form every table uses.
+
+    Defined in chapter "Evaluation uncertainty and error bars", section
+    "How the book's tables use this"."""
     if not isinstance(digits, int) or digits < 0:
         raise ValueError(f"digits: expected an int >= 0, got {digits!r}")
     return (f"{s.mean:.{digits}f} [{s.lo:.{digits}f}, {s.hi:.{digits}f}] "
