@@ -1,0 +1,137 @@
+"""Chapter "Evaluation uncertainty and error bars": known answers (closed
+forms of Student's t, published table values, hand computations)."""
+import math
+
+import pytest
+import torch
+
+from transformer.stats import (Summary, bootstrap_ci, format_summary,
+                                mean_sd, normal_cdf, normal_quantile,
+                                paired_difference, summarize, t_cdf,
+                                t_quantile, unpaired_difference)
+
+
+def test_worked_example():
+    scores = [0.76, 0.84, 0.80, 0.84, 0.76]
+    mean, sd = mean_sd(scores)
+    assert mean == pytest.approx(0.80, abs=1e-12)
+    assert sd == pytest.approx(0.04, abs=1e-12)
+    s = summarize(scores, method="normal")
+    assert s.se == pytest.approx(0.04 / math.sqrt(5), abs=1e-12)
+    assert s.se == pytest.approx(0.0179, abs=1e-4)
+    assert (round(s.lo, 3), round(s.hi, 3)) == (0.765, 0.835)
+    t = summarize(scores)
+    assert t.method == "t" and t.n == 5
+    assert t.half_width == pytest.approx(2.7764451051977987 * s.se,
+                                         abs=1e-10)
+    assert (round(t.lo, 3), round(t.hi, 3)) == (0.750, 0.850)
+    assert format_summary(t) == "0.800 [0.750, 0.850] (95% t, n=5)"
+
+
+def t2(p):  # closed form for 2 degrees of freedom
+    return (2 * p - 1) / math.sqrt(2 * p * (1 - p))
+
+
+def t4(p):  # closed form for 4 degrees of freedom
+    a = 4 * p * (1 - p)
+    q = math.cos(math.acos(math.sqrt(a)) / 3) / math.sqrt(a)
+    return math.copysign(2 * math.sqrt(q - 1), p - 0.5)
+
+
+@pytest.mark.parametrize("p", [0.01, 0.2, 0.6, 0.9, 0.975, 0.995])
+def test_t_quantile_closed_forms(p):
+    assert t_quantile(p, 1) == pytest.approx(math.tan(math.pi * (p - 0.5)),
+                                             rel=1e-9)
+    assert t_quantile(p, 2) == pytest.approx(t2(p), rel=1e-9)
+    assert t_quantile(p, 4) == pytest.approx(t4(p), rel=1e-9)
+    assert t_quantile(p, 1e7) == pytest.approx(normal_quantile(p), rel=1e-5)
+
+
+@pytest.mark.parametrize("q, df, want", [
+    (0.975, 4, 2.776445105), (0.975, 9, 2.262157163),
+    (0.975, 29, 2.045229642), (0.995, 4, 4.604094871),
+    (0.95, 10, 1.812461123)])
+def test_t_table_values(q, df, want):
+    assert t_quantile(q, df) == pytest.approx(want, abs=2e-9)
+
+
+def test_normal_quantile_values():
+    assert normal_quantile(0.975) == pytest.approx(1.959963984540054,
+                                                   abs=1e-12)
+    assert normal_quantile(0.5) == pytest.approx(0.0, abs=1e-12)
+    assert normal_quantile(0.05) == pytest.approx(-1.6448536269514722,
+                                                  abs=1e-12)
+
+
+@pytest.mark.parametrize("df", [1, 3, 7.5, 30])
+@pytest.mark.parametrize("x", [-3.0, -0.4, 0.0, 1.1, 5.0])
+def test_cdf_quantile_roundtrip(df, x):
+    p = t_cdf(x, df)
+    assert t_cdf(-x, df) == pytest.approx(1 - p, abs=1e-14)
+    assert t_quantile(p, df) == pytest.approx(x, abs=1e-8)
+    assert normal_quantile(normal_cdf(x)) == pytest.approx(x, abs=1e-9)
+
+
+def test_coverage():
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(20_000, 5, generator=g, dtype=torch.float64) * 3 + 2
+    m, se = x.mean(1), x.std(1) / math.sqrt(5)
+    cov_t = ((m - 2).abs() <= t_quantile(0.975, 4) * se).double().mean()
+    cov_z = ((m - 2).abs() <= 1.96 * se).double().mean()
+    exact_z = 2 * t_cdf(1.96, 4) - 1
+    assert abs(cov_t.item() - 0.95) < 0.01
+    assert abs(cov_z.item() - exact_z) < 0.01 and exact_z < 0.89
+
+
+def test_bootstrap_ci():
+    g = torch.Generator().manual_seed(2)
+    x = (torch.randn(400, generator=g, dtype=torch.float64) + 1).tolist()
+    assert bootstrap_ci(x, seed=5) == bootstrap_ci(x, seed=5)
+    lo, hi = bootstrap_ci(x)
+    t = summarize(x)
+    # for many units the bootstrap and t intervals agree closely
+    assert lo == pytest.approx(t.lo, abs=0.1 * t.half_width)
+    assert hi == pytest.approx(t.hi, abs=0.1 * t.half_width)
+    assert summarize(x, method="bootstrap").lo == lo
+    lo_m, hi_m = bootstrap_ci(x, "median")
+    assert lo_m <= sorted(x)[199] <= hi_m and hi_m - lo_m < 0.5
+    custom = bootstrap_ci(x, lambda r: r.amax(-1))
+    assert custom[1] <= max(x)
+    assert bootstrap_ci([3.0, 3.0, 3.0]) == (3.0, 3.0)
+
+
+def test_paired_and_unpaired():
+    a = [1.0, 2.0, 3.0, 4.0]
+    b = [0.5, 1.0, 2.5, 3.0]
+    p = paired_difference(a, b)
+    d = summarize([0.5, 1.0, 0.5, 1.0])
+    assert (p.mean, p.se, p.lo, p.hi) == (d.mean, d.se, d.lo, d.hi)
+    # Welch by hand: var a = 5/3, var b = 17/12 (sample), n = 4 each
+    va, vb = (5 / 3) / 4, (17 / 12) / 4
+    df = (va + vb) ** 2 / (va ** 2 / 3 + vb ** 2 / 3)
+    u = unpaired_difference(a, b)
+    assert u.mean == pytest.approx(0.75, abs=1e-12)
+    assert u.se == pytest.approx(math.sqrt(va + vb), abs=1e-12)
+    assert u.half_width == pytest.approx(t_quantile(0.975, df) * u.se,
+                                         abs=1e-12)
+    assert p.half_width < u.half_width  # pairing removes the shared part
+    assert isinstance(u, Summary) and math.isnan(u.sd)
+
+
+@pytest.mark.parametrize("call, arg", [
+    (lambda: summarize([1.0]), "values"),
+    (lambda: summarize("ab"), "values"),
+    (lambda: summarize([1.0, float("inf")]), "values"),
+    (lambda: summarize([1.0, 2.0], level=1.0), "level"),
+    (lambda: summarize([1.0, 2.0], method="z"), "method"),
+    (lambda: t_quantile(1.0, 3), "q"),
+    (lambda: t_cdf(1.0, 0.5), "df"),
+    (lambda: t_cdf(1.0, 3, points=3), "points"),
+    (lambda: bootstrap_ci([1.0, 2.0], "mode"), "statistic"),
+    (lambda: bootstrap_ci([1.0, 2.0], n_boot=5), "n_boot"),
+    (lambda: paired_difference([1.0, 2.0], [1.0, 2.0, 3.0]), "b"),
+    (lambda: format_summary(summarize([1.0, 2.0]), digits=-1), "digits"),
+])
+def test_bad_input(call, arg):
+    with pytest.raises(ValueError, match=arg):
+        call()

@@ -1,0 +1,338 @@
+"""Measurements for chapter "Tokenization: byte-level BPE".
+
+    .venv/bin/python tools/bench_tokenizer.py [--quick]
+
+Writes raw JSON under results/tokenizer/:
+  compression.json  bytes/token and tokens/line on the training split and on
+                    held-out text, vocabulary 256..8192, with training times;
+  benchmark.json    side by side, interleaved (A, B, C, A, B, C, ...):
+                    training on the first 1 MB at vocabulary 4096 and 512
+                    (this package, Hugging Face `tokenizers`, the chapter's
+                    teaching version at 512 only), and encoding the whole
+                    corpus (this package, `tiktoken` and `tokenizers` built
+                    from the same merges); every raw time, wall and CPU.
+
+Everything runs on one thread: `tokenizers` gets RAYON_NUM_THREADS=1 (set
+below, before it is imported), the others are single-threaded anyway. The
+machine is shared, so os.getloadavg() is recorded before and after each
+section; CPU times (time.process_time) are recorded next to wall times
+because they are much less sensitive to other processes.
+
+--quick shrinks every size (a smoke test of the script, not for the book).
+"""
+from __future__ import annotations
+
+import os
+
+os.environ["RAYON_NUM_THREADS"] = "1"  # before tokenizers starts its pool
+
+import argparse
+import cProfile
+import io
+import json
+import platform
+import pstats
+import random
+import statistics
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import regex  # noqa: E402
+import tiktoken  # noqa: E402
+import tokenizers  # noqa: E402
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers  # noqa
+from tokenizers import trainers  # noqa: E402
+
+from transformer import BPETokenizer, load_corpus, train_val_split  # noqa
+from transformer.tokenizer import END_OF_TEXT, GPT2_PATTERN, merge_pair  # noqa
+
+OUT = ROOT / "results" / "tokenizer"
+
+
+# -- the chapter's teaching version (kept in sync with chapters/03_...md) ----
+def bpe_train_teaching(text, vocab_size, pattern=None):
+    chunks = [text] if pattern is None else regex.findall(pattern, text)
+    seqs = [list(c.encode("utf-8", "surrogatepass")) for c in chunks]
+    merges = []
+    for new_id in range(256, vocab_size):
+        counts = {}
+        for ids in seqs:
+            for pair in zip(ids, ids[1:]):
+                counts[pair] = counts.get(pair, 0) + 1
+        if not counts:
+            break
+        best = max(counts, key=lambda p: (counts[p], -p[0], -p[1]))
+        seqs = [merge_pair(ids, best, new_id) for ids in seqs]
+        merges.append(best)
+    return merges
+
+
+# -- helpers ------------------------------------------------------------------
+def timed(fn):
+    """(result, wall seconds, CPU seconds of this process)."""
+    w0, c0 = time.perf_counter(), time.process_time()
+    result = fn()
+    return result, time.perf_counter() - w0, time.process_time() - c0
+
+
+def summary(xs, n_boot=2000, seed=0):
+    """p50, p95, min, max and a 95% bootstrap interval on the median."""
+    xs = sorted(xs)
+    rng = random.Random(seed)
+    meds = sorted(statistics.median(rng.choices(xs, k=len(xs)))
+                  for _ in range(n_boot))
+    p95 = xs[min(len(xs) - 1, round(0.95 * (len(xs) - 1)))]
+    return {"n": len(xs), "p50": statistics.median(xs), "p95": p95,
+            "min": xs[0], "max": xs[-1],
+            "p50_ci95": [meds[int(0.025 * n_boot)],
+                         meds[int(0.975 * n_boot) - 1]]}
+
+
+def loadavg():
+    return list(os.getloadavg())
+
+
+def bytes_to_unicode():
+    """GPT-2's printable stand-in character for each byte, as used by
+    `tokenizers`' ByteLevel pre-tokenizer."""
+    bs = (list(range(ord("!"), ord("~") + 1))
+          + list(range(ord("¡"), ord("¬") + 1))
+          + list(range(ord("®"), ord("ÿ") + 1)))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+def hf_train(text, vocab_size):
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False,
+                                                 use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, min_frequency=0, show_progress=False,
+        special_tokens=[END_OF_TEXT],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator([text], trainer)
+    return tok
+
+
+def hf_from_ours(tok: BPETokenizer):
+    """A `tokenizers` ByteLevel BPE with exactly our vocabulary and merges."""
+    b2u = bytes_to_unicode()
+    name = {i: "".join(b2u[x] for x in tok.vocab[i])
+            for i in range(256 + len(tok.merges))}
+    model = models.BPE(vocab={name[i]: i for i in name},
+                       merges=[(name[a], name[b]) for a, b in tok.merges])
+    hf = Tokenizer(model)
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False,
+                                                use_regex=True)
+    hf.decoder = decoders.ByteLevel()
+    hf.add_special_tokens(list(tok.special_tokens))
+    return hf
+
+
+def tiktoken_from_ours(tok: BPETokenizer):
+    ranks = {tok.vocab[i]: i for i in range(256 + len(tok.merges))}
+    return tiktoken.Encoding("chapter-bpe", pat_str=tok.pattern,
+                             mergeable_ranks=ranks,
+                             special_tokens=dict(tok.special_tokens))
+
+
+def learned_tokens_hf(hf):
+    u2b = {c: b for b, c in bytes_to_unicode().items()}
+    vocab = hf.get_vocab()
+    return {bytes(u2b[c] for c in s) for s, i in vocab.items()
+            if s != END_OF_TEXT and len(s) > 1}
+
+
+def profile_top(fn, n=10):
+    prof = cProfile.Profile()
+    prof.enable()
+    fn()
+    prof.disable()
+    stream = io.StringIO()
+    stats = pstats.Stats(prof, stream=stream).sort_stats("tottime")
+    rows = []
+    for (file, line, func), (cc, nc, tt, ct, _) in sorted(
+            stats.stats.items(), key=lambda kv: -kv[1][2])[:n]:
+        rows.append({"function": f"{Path(file).name}:{line}({func})",
+                     "calls": nc, "tottime_s": round(tt, 4),
+                     "cumtime_s": round(ct, 4)})
+    return rows
+
+
+def meta(corpus):
+    return {
+        "date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "rayon_num_threads": os.environ["RAYON_NUM_THREADS"],
+        "versions": {"tokenizers": tokenizers.__version__,
+                     "tiktoken": tiktoken.__version__,
+                     "regex": regex.__version__},
+        "corpus_bytes": len(corpus.encode("utf-8")),
+        "loadavg_start": loadavg(),
+    }
+
+
+# -- the three measurements -----------------------------------------------------
+def compression(corpus, sizes):
+    train_text, val_text = train_val_split(corpus)
+    n_lines = {"train": train_text.count("\n") + 1,
+               "val": val_text.count("\n") + 1}
+    n_bytes = {"train": len(train_text.encode()), "val": len(val_text.encode())}
+    rows = []
+    for V in sizes:
+        load0 = loadavg()
+        tok, wall, cpu = timed(lambda: BPETokenizer.train(
+            train_text, V, special_tokens=()))
+        row = {"vocab_size": V, "n_merges": len(tok.merges),
+               "train_wall_s": wall, "train_cpu_s": cpu,
+               "loadavg_before": load0}
+        for split, text in (("train", train_text), ("val", val_text)):
+            ids = tok.encode(text)
+            assert tok.decode(ids) == text
+            row[f"{split}_tokens"] = len(ids)
+            row[f"{split}_bytes_per_token"] = n_bytes[split] / len(ids)
+            row[f"{split}_tokens_per_line"] = len(ids) / n_lines[split]
+        rows.append(row)
+        print(f"V={V}: {wall:.1f} s, val {row['val_bytes_per_token']:.3f} "
+              f"bytes/token", flush=True)
+    return {"trained_on": "train split (first 90% of the corpus), whole",
+            "special_tokens": [], "bytes": n_bytes, "lines": n_lines,
+            "rows": rows}
+
+
+def training_bench(text, sizes, repeats, teaching_repeats):
+    out = {"text_bytes": len(text.encode()), "repeats": repeats,
+           "teaching_repeats": teaching_repeats, "sizes": {}}
+    for V in sizes:
+        runs = {"ours": [], "tokenizers": []}
+        if V in teaching_repeats:
+            runs["teaching"] = []
+        load0 = loadavg()
+        ours = hf = None
+        for r in range(repeats):
+            ours, w, c = timed(lambda: BPETokenizer.train(text, V))
+            runs["ours"].append({"wall_s": w, "cpu_s": c})
+            hf, w, c = timed(lambda: hf_train(text, V))
+            runs["tokenizers"].append({"wall_s": w, "cpu_s": c})
+            if r < teaching_repeats.get(V, 0):
+                merges, w, c = timed(lambda: bpe_train_teaching(
+                    text, V - 1, GPT2_PATTERN))
+                # one id fewer: ours spends the last one on <|endoftext|>
+                assert merges == ours.merges, "teaching != incremental"
+                runs["teaching"].append({"wall_s": w, "cpu_s": c})
+            print(f"train V={V} round {r}: "
+                  + ", ".join(f"{k} {v[-1]['wall_s']:.2f} s"
+                              for k, v in runs.items() if len(v) > r),
+                  flush=True)
+        ours_tokens = {ours.vocab[i] for i in range(256, 256 + len(
+            ours.merges))}
+        hf_tokens = learned_tokens_hf(hf)
+        out["sizes"][str(V)] = {
+            "runs": runs,
+            "summary": {k: {"wall_s": summary([x["wall_s"] for x in v]),
+                            "cpu_s": summary([x["cpu_s"] for x in v])}
+                        for k, v in runs.items()},
+            "loadavg_before": load0, "loadavg_after": loadavg(),
+            "ours_vocab_size": ours.vocab_size,
+            "tokenizers_vocab_size": hf.get_vocab_size(),
+            "learned_token_overlap": len(ours_tokens & hf_tokens)
+            / len(ours_tokens),
+        }
+    return out
+
+
+def encoding_bench(corpus, tok, repeats):
+    enc = tiktoken_from_ours(tok)
+    hf = hf_from_ours(tok)
+    n_bytes = len(corpus.encode())
+    runs = {"ours": [], "ours_warm_cache": [], "tiktoken": [],
+            "tokenizers": []}
+    load0 = loadavg()
+    reference = None
+    for r in range(repeats):
+        fresh = BPETokenizer(tok.merges, tok.pattern,
+                             tuple(tok.special_tokens))  # empty cache
+        ids, w, c = timed(lambda: fresh.encode(corpus))
+        runs["ours"].append({"wall_s": w, "cpu_s": c})
+        ids_warm, w, c = timed(lambda: fresh.encode(corpus))
+        runs["ours_warm_cache"].append({"wall_s": w, "cpu_s": c})
+        ids_tt, w, c = timed(lambda: enc.encode_ordinary(corpus))
+        runs["tiktoken"].append({"wall_s": w, "cpu_s": c})
+        ids_hf, w, c = timed(lambda: hf.encode(
+            corpus, add_special_tokens=False).ids)
+        runs["tokenizers"].append({"wall_s": w, "cpu_s": c})
+        reference = ids
+        same = {"ours_warm_cache": ids_warm == ids,
+                "tiktoken": ids_tt == ids, "tokenizers": ids_hf == ids}
+        print(f"encode round {r}: " + ", ".join(
+            f"{k} {v[-1]['wall_s']:.2f} s" for k, v in runs.items())
+            + f"; identical ids {same}", flush=True)
+    return {
+        "text_bytes": n_bytes, "n_tokens": len(reference),
+        "tokenizer": repr(tok), "repeats": repeats, "runs": runs,
+        "identical_ids": same,
+        "summary": {k: {"wall_s": summary([x["wall_s"] for x in v]),
+                        "cpu_s": summary([x["cpu_s"] for x in v]),
+                        "MB_per_s_at_p50_wall": n_bytes / 1e6 / summary(
+                            [x["wall_s"] for x in v])["p50"]}
+                    for k, v in runs.items()},
+        "loadavg_before": load0, "loadavg_after": loadavg(),
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    corpus = load_corpus()
+    if args.quick:
+        corpus = corpus[:300_000]
+        sizes, bench_text, repeats = [256, 512, 1024], corpus[:100_000], 2
+        teaching = {512: 1}
+    else:
+        sizes, bench_text, repeats = ([256, 512, 1024, 2048, 4096, 8192],
+                                      corpus[:1_000_000], 5)
+        teaching = {512: 3}
+    OUT.mkdir(parents=True, exist_ok=True)
+    suffix = "_quick" if args.quick else ""
+
+    info = meta(corpus)
+    result = {"meta": info, "compression": compression(corpus, sizes)}
+    result["meta"]["loadavg_end"] = loadavg()
+    (OUT / f"compression{suffix}.json").write_text(json.dumps(result,
+                                                              indent=1))
+
+    info = meta(corpus)
+    bench = {"meta": info}
+    bench["training"] = training_bench(bench_text, [4096, 512], repeats,
+                                       teaching)
+    tok = BPETokenizer.train(bench_text, 4096)
+    bench["encoding"] = encoding_bench(corpus, tok, repeats)
+    bench["profile"] = {
+        "train_4096": profile_top(lambda: BPETokenizer.train(bench_text,
+                                                             4096)),
+        "encode_cold": profile_top(lambda: BPETokenizer(
+            tok.merges, tok.pattern, tuple(tok.special_tokens)).encode(
+                corpus)),
+    }
+    bench["meta"]["loadavg_end"] = loadavg()
+    (OUT / f"benchmark{suffix}.json").write_text(json.dumps(bench, indent=1))
+    print("wrote", OUT)
+
+
+if __name__ == "__main__":
+    main()
