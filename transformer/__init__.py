@@ -26,6 +26,15 @@ from .model import (  # noqa: F401
     CausalSelfAttention,
     Block,
 )
+from .baseline import (  # noqa: F401
+    token_stream,
+    get_batch,
+    unigram_loss,
+    bigram_counts,
+    bigram_loss,
+    BigramLM,
+    compressed_bits_per_byte,
+)
 from .optim import AdamW, lr_at, clip_grad_norm  # noqa: F401
 from .cost_model import (  # noqa: F401
     ModelShape,
@@ -95,6 +104,13 @@ __all__ = [
     "gelu_tanh",
     "CausalSelfAttention",
     "Block",
+    "token_stream",
+    "get_batch",
+    "unigram_loss",
+    "bigram_counts",
+    "bigram_loss",
+    "BigramLM",
+    "compressed_bits_per_byte",
     "AdamW",
     "lr_at",
     "clip_grad_norm",
