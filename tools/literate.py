@@ -12,6 +12,9 @@ Directives (first lines of a code cell, nbdev style):
     #| default_exp NAME   the chapter exports into transformer/NAME.py
     #| export             this cell goes into that module
 
+A chapter that exports a module named `cli` also gets `transformer/__main__.py`,
+two lines that run `transformer.cli.main` for `python -m transformer`.
+
 `tests/test_pipeline.py` calls the same functions, so `pytest` fails when a
 generated file is stale and says which command regenerates it.
 """
@@ -136,10 +139,12 @@ def render_init(chapters: list[Chapter]) -> str:
            'module\'s banner; `help(name)` points to the section."""\n']
     exported: list[str] = []
     for ch in chapters:
-        if not ch.module or ch.module.startswith("_"):
+        if not ch.module or ch.module.startswith("_") or ch.module == "cli":
             continue
-        # constants (ALL_CAPS) stay in their module's namespace
-        names = [n for n in public_names(ch.cells) if not n.isupper()]
+        # constants (ALL_CAPS) and command entry points (main, train_main)
+        # stay in their module's namespace
+        names = [n for n in public_names(ch.cells) if not n.isupper()
+                 and n != "main" and not n.endswith("_main")]
         if names:
             joined = ", ".join(names)
             out.append(f"from .{ch.module} import {joined}  # noqa: F401\n"
@@ -166,6 +171,10 @@ def expected_package() -> dict[Path, str]:
         owner[ch.module] = ch.rel
         files[PACKAGE / f"{ch.module}.py"] = render_module(ch)
     files[PACKAGE / "__init__.py"] = render_init(chapters)
+    if "cli" in owner:  # `python -m transformer` runs transformer.cli.main
+        files[PACKAGE / "__main__.py"] = (
+            BANNER.format(source=owner["cli"])
+            + "from transformer.cli import main\n\nraise SystemExit(main())\n")
     return files
 
 

@@ -50,7 +50,6 @@ from .cost_model import (  # noqa: F401
     kv_crossover_length,
     cost_table,
     format_cost_table,
-    main,
     attention_timing_parts,
 )
 from .stats import (  # noqa: F401
@@ -127,7 +126,6 @@ __all__ = [
     "kv_crossover_length",
     "cost_table",
     "format_cost_table",
-    "main",
     "attention_timing_parts",
     "mean_sd",
     "normal_cdf",
