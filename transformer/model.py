@@ -106,8 +106,9 @@ class GPTConfig:
 
 
 def gpt_param_count(config: GPTConfig) -> int:
-    """Parameters of GPT(config), by the formula of the chapter section
-    "Counting parameters" (tied weights counted once)."""
+    """Parameters of GPT(config), tied weights counted once, by the formula
+    of chapter "Multi-head attention, the block and the GPT model", section
+    "Counting parameters"."""
     D, V, L, F = (config.n_embd, config.vocab_size, config.n_layer,
                   config.ffn_dim)
     b = int(config.bias)
@@ -166,8 +167,9 @@ def _make_norm(config: GPTConfig) -> nn.Module:
 
 
 def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
-    """GELU, tanh approximation (GPT-2's "gelu_new"). Section
-    "The feed-forward layer"."""
+    """GELU, tanh approximation (GPT-2's "gelu_new"), elementwise. Derived
+    in chapter "Multi-head attention, the block and the GPT model",
+    section "The feed-forward layer"."""
     c = math.sqrt(2.0 / math.pi)
     return 0.5 * x * (1.0 + torch.tanh(c * (x + 0.044715 * x ** 3)))
 
@@ -181,7 +183,8 @@ class CausalSelfAttention(nn.Module):
     update(k, v) -> (k_all, v_all) taking this call's keys and values
     (B, H, T, Dh) and returning every cached one (B, H, S, Dh), oldest
     first, ending with these; the T queries are the last T of the S
-    positions. Section "Multi-head attention"."""
+    positions. Derived in chapter "Multi-head attention, the block and the
+    GPT model", section "Multi-head attention"."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
@@ -203,7 +206,8 @@ class CausalSelfAttention(nn.Module):
         k = k.view(B, T, H, Dh).transpose(1, 2)  # (B, H, T, Dh)
         v = v.view(B, T, H, Dh).transpose(1, 2)  # (B, H, T, Dh)
         if self.rope:  # queries and keys only, never values
-            pos = torch.arange(start_pos, start_pos + T, device=x.device)
+            pos = torch.arange(start_pos, start_pos + T,
+                               device=x.device)  # (T,)
             q = apply_rope(q, pos, self.rope_base)  # (B, H, T, Dh)
             k = apply_rope(k, pos, self.rope_base)  # (B, H, T, Dh)
         if cache is not None:
@@ -217,8 +221,9 @@ class CausalSelfAttention(nn.Module):
 
 class MLP(nn.Module):
     """Position-wise feed-forward layer: D -> ffn_mult·D -> D with
-    tanh-GELU. Shapes: (B, T, D) -> (B, T, D). Section "The feed-forward
-    layer"."""
+    tanh-GELU. Shapes: (B, T, D) -> (B, T, D). Derived in chapter
+    "Multi-head attention, the block and the GPT model", section "The
+    feed-forward layer"."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
@@ -235,7 +240,9 @@ class MLP(nn.Module):
 class Block(nn.Module):
     """One Transformer block, pre-norm x + Attn(Norm(x)), x + FFN(Norm(x))
     or post-norm Norm(x + Attn(x)), Norm(x + FFN(x)). Shapes:
-    (B, T, D) -> (B, T, D). Section "The block: pre-norm and post-norm"."""
+    (B, T, D) -> (B, T, D). Derived in chapter "Multi-head attention, the
+    block and the GPT model", section "The block: pre-norm and
+    post-norm"."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
@@ -260,7 +267,8 @@ class GPT(nn.Module):
     model(idx (B, T) int64, targets=None) -> (logits (B, T, V), loss or
     None); loss is the mean cross-entropy in nats. Optional start_pos and
     caches (one per block, see CausalSelfAttention) serve incremental
-    decoding. Section "The full model"."""
+    decoding. Derived in chapter "Multi-head attention, the block and the
+    GPT model", section "The full model"."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
@@ -323,7 +331,8 @@ class GPT(nn.Module):
                              f"({cfg.n_layer}), got {len(caches)}")
         x = self.wte(idx)  # (B, T, D)
         if cfg.pos_encoding == "learned":
-            pos = torch.arange(start_pos, start_pos + T, device=idx.device)
+            pos = torch.arange(start_pos, start_pos + T,
+                               device=idx.device)  # (T,)
             x = x + self.wpe(pos)  # (B, T, D) + (T, D)
         elif cfg.pos_encoding == "sinusoidal":
             x = x + sinusoidal_encoding(T, cfg.n_embd, offset=start_pos,
@@ -339,7 +348,8 @@ class GPT(nn.Module):
     def from_hf_gpt2(cls, hf_model) -> "GPT":
         """Build this model from a Hugging Face GPT2LMHeadModel, copying its
         weights. HF's Conv1D stores (in, out), the transpose of nn.Linear's
-        (out, in). Section "Loading GPT-2"."""
+        (out, in). Derived in chapter "Multi-head attention, the block and
+        the GPT model", section "Loading GPT-2"."""
         c = hf_model.config
         act = getattr(c, "activation_function", None)
         if act not in ("gelu_new", "gelu_pytorch_tanh"):

@@ -70,6 +70,7 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor,
                          f"{tuple(x.shape[:-1])}, got "
                          f"{tuple(positions.shape)}") from None
     inv_freq = _inv_freq(x.shape[-1], base).to(x.device)  # (Dh/2,)
+    # (..., T, 1) * (Dh/2,) -> (..., T, Dh/2), in float64
     angles = positions.to(torch.float64).unsqueeze(-1) * inv_freq
     cos = angles.cos().to(x.dtype)  # (..., T, Dh/2)
     sin = angles.sin().to(x.dtype)  # (..., T, Dh/2)
