@@ -30,13 +30,16 @@ _NORM_POSITIONS = ("pre", "post")
 _POS_ENCODINGS = ("learned", "sinusoidal", "rope", "none")
 
 
-@dataclass
+@dataclass(frozen=True)
 class GPTConfig:
-    """Every hyperparameter of the model, checked at construction.
+    """Every hyperparameter of the model, checked at construction; frozen,
+    so a variant is made with dataclasses.replace (which checks again).
 
     The defaults express GPT-2 exactly (pre-norm LayerNorm with eps 1e-5,
-    learned positions, tanh-GELU, biases, tied embeddings). Derived in
-    chapter "Multi-head attention, the block and the GPT model"."""
+    learned positions, tanh-GELU, biases, tied embeddings). `dropout`
+    applies to the embeddings and to the output of every residual branch,
+    not to the attention weights. Derived in chapter "Multi-head
+    attention, the block and the GPT model"."""
     vocab_size: int
     block_size: int
     n_layer: int
