@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import transformer.model as model_module
-from transformer import CausalSelfAttention, GPTConfig, gpt_param_count, softmax
+from transformer import (CausalSelfAttention, GPTConfig, gpt_param_count,
+                         softmax)
 from transformer.model import GPT
 
 POS = ["learned", "sinusoidal", "rope", "none"]

@@ -37,7 +37,8 @@ def unit_init(model: nn.Module) -> None:
     embeddings N(0, 1), so every residual branch starts at size O(1)."""
     for mod in model.modules():
         if isinstance(mod, nn.Linear):
-            nn.init.normal_(mod.weight, 0.0, 1.0 / math.sqrt(mod.in_features))
+            std = 1.0 / math.sqrt(mod.in_features)
+            nn.init.normal_(mod.weight, 0.0, std)
         elif isinstance(mod, nn.Embedding):
             nn.init.normal_(mod.weight, 0.0, 1.0)
 

@@ -317,8 +317,8 @@ class GPT(nn.Module):
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,
                 start_pos: int = 0, caches=None):
         cfg = self.config
-        if not isinstance(idx, torch.Tensor) or idx.dtype != torch.int64 \
-                or idx.dim() != 2:
+        if (not isinstance(idx, torch.Tensor) or idx.dtype != torch.int64
+                or idx.dim() != 2):
             raise ValueError("idx: expected an int64 tensor of shape (B, T)")
         B, T = idx.shape
         if idx.numel() and (idx.min() < 0 or idx.max() >= cfg.vocab_size):
