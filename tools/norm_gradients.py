@@ -6,7 +6,7 @@ Run from the repository root:
 
     .venv/bin/python tools/norm_gradients.py
 
-Takes about 40 s on 2 cores. Writes results/norm_gradients/grad_norms.json.
+Takes about 15 s on one thread. Writes results/norm_gradients/grad_norms.json.
 """
 from __future__ import annotations
 
