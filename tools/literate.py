@@ -121,6 +121,19 @@ def public_names(sources: list[str]) -> list[str]:
     return names
 
 
+def constant_names(sources: list[str]) -> set[str]:
+    """ALL_CAPS names bound by assignment (GPT, a class, is not one)."""
+    found = set()
+    for src in sources:
+        for node in ast.parse(src).body:
+            targets = (node.targets if isinstance(node, ast.Assign) else
+                       [node.target] if isinstance(node, ast.AnnAssign)
+                       else [])
+            found |= {t.id for t in targets
+                      if isinstance(t, ast.Name) and t.id.isupper()}
+    return found
+
+
 def render_module(ch: Chapter) -> str:
     names = public_names(ch.cells)
     head = BANNER.format(source=ch.rel)
@@ -143,7 +156,8 @@ def render_init(chapters: list[Chapter]) -> str:
             continue
         # constants (ALL_CAPS) and command entry points (main, train_main)
         # stay in their module's namespace
-        names = [n for n in public_names(ch.cells) if not n.isupper()
+        consts = constant_names(ch.cells)
+        names = [n for n in public_names(ch.cells) if n not in consts
                  and n != "main" and not n.endswith("_main")]
         if names:
             joined = ", ".join(names)

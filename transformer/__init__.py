@@ -24,7 +24,9 @@ from .model import (  # noqa: F401
     RMSNorm,
     gelu_tanh,
     CausalSelfAttention,
+    MLP,
     Block,
+    GPT,
 )
 from .baseline import (  # noqa: F401
     token_stream,
@@ -102,7 +104,9 @@ __all__ = [
     "RMSNorm",
     "gelu_tanh",
     "CausalSelfAttention",
+    "MLP",
     "Block",
+    "GPT",
     "token_stream",
     "get_batch",
     "unigram_loss",
