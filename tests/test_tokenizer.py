@@ -289,6 +289,8 @@ def test_bad_input(tmp_path, small):
         (lambda: small.decode([small.vocab_size]), "ids"),
         (lambda: small.decode(["a"]), "ids"),
         (lambda: small.decode("abc"), "ids"),
+        (lambda: small.decode(b"abc"), "ids"),
+        (lambda: small.decode(None), "ids"),
         (lambda: small.decode([1], errors="ignore"), "errors"),
         (lambda: BPETokenizer([(1, 256)]), "merges"),
         (lambda: BPETokenizer.load(tmp_path / "missing.bpe"), "path"),
