@@ -196,8 +196,9 @@ class BPETokenizer:
 
     Build one with `BPETokenizer.train(text, vocab_size)` or
     `BPETokenizer.load(path)`. pattern=None (plain byte-level BPE) makes the
-    whole text one chunk: fine for short texts, quadratic in long ones. Derived in chapter "Tokenization: byte-level
-    BPE" (moves 1-7, sections "Pre-tokenization" and "Special tokens")."""
+    whole text one chunk: fine for short texts, quadratic in long ones.
+    Derived in chapter "Tokenization: byte-level BPE" (moves 1-7, sections
+    "Pre-tokenization" and "Special tokens")."""
 
     def __init__(self, merges, pattern=GPT2_PATTERN, special_tokens=()):
         self.merges = []
