@@ -289,6 +289,8 @@ def test_bad_input(tmp_path, small):
         (lambda: small.decode([small.vocab_size]), "ids"),
         (lambda: small.decode(["a"]), "ids"),
         (lambda: small.decode("abc"), "ids"),
+        (lambda: small.decode(b"abc"), "ids"),
+        (lambda: small.decode(None), "ids"),
         (lambda: small.decode([1], errors="ignore"), "errors"),
         (lambda: BPETokenizer([(1, 256)]), "merges"),
         (lambda: BPETokenizer.load(tmp_path / "missing.bpe"), "path"),
@@ -296,3 +298,23 @@ def test_bad_input(tmp_path, small):
     for call, name in cases:
         with pytest.raises(ValueError, match=name):
             call()
+
+
+def test_mutations_are_caught(small):
+    """The broken variants the tests above guard against really differ."""
+    # ties to the *largest* pair instead of the smallest
+    text = "cdab cdab"
+    chunks = [list(c.encode()) for c in regex.findall(GPT2_PATTERN, text)]
+    counts = {}
+    for ids in chunks:
+        for pair in zip(ids, ids[1:]):
+            counts[pair] = counts.get(pair, 0) + 1
+    wrong = max(counts, key=lambda p: (counts[p], p))
+    right = BPETokenizer.train(text, 257, special_tokens=()).merges[0]
+    assert wrong != right == (97, 98)
+    # replaying merges newest-first instead of in training order
+    s = "Is't not enough, young man, that I did never?"
+    ids = list(s.encode())
+    for k in reversed(range(len(small.merges))):
+        ids = merge_pair(ids, small.merges[k], 256 + k)
+    assert ids != small.encode(s) == tiktoken_from(small).encode_ordinary(s)

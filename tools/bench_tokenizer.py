@@ -186,12 +186,13 @@ def meta(corpus):
     }
 
 
-# -- the three measurements -----------------------------------------------------
+# -- the three measurements ---------------------------------------------
 def compression(corpus, sizes):
     train_text, val_text = train_val_split(corpus)
     n_lines = {"train": train_text.count("\n") + 1,
                "val": val_text.count("\n") + 1}
-    n_bytes = {"train": len(train_text.encode()), "val": len(val_text.encode())}
+    n_bytes = {"train": len(train_text.encode()),
+               "val": len(val_text.encode())}
     rows = []
     for V in sizes:
         load0 = loadavg()
