@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 from transformer import BPETokenizer, load_corpus
 from transformer.tokenizer import END_OF_TEXT, GPT2_PATTERN, merge_pair
 
+import literate  # tools/, on sys.path via the root conftest.py
+
 TRICKY = [
     "", "a", " ", "\x00", "a\x00b", "\r\n", "line\r\nline\r\n\r\n",
     " " * 300, "\t\t \n \u3000\u00a0 x", "\n" * 50 + "y",
@@ -31,22 +33,9 @@ TEXTS = st.lists(st.text(ANY_CHAR, max_size=12) | PIECES,
                  max_size=12).map("".join)
 
 
-def bpe_train_teaching(text, vocab_size, pattern=None):
-    """The chapter's teaching version, copied: recount after every merge."""
-    chunks = [text] if pattern is None else regex.findall(pattern, text)
-    seqs = [list(c.encode("utf-8", "surrogatepass")) for c in chunks]
-    merges = []
-    for new_id in range(256, vocab_size):
-        counts = {}
-        for ids in seqs:
-            for pair in zip(ids, ids[1:]):
-                counts[pair] = counts.get(pair, 0) + 1
-        if not counts:
-            break
-        best = max(counts, key=lambda p: (counts[p], -p[0], -p[1]))
-        seqs = [merge_pair(ids, best, new_id) for ids in seqs]
-        merges.append(best)
-    return merges
+# the chapter's teaching version, loaded from its source (never copied)
+bpe_train_teaching = literate.chapter_definition("03_tokenizer",
+                                                 "bpe_train_teaching")
 
 
 def tiktoken_from(tok):

@@ -230,6 +230,32 @@ def export(check: bool = False) -> int:
     return 0
 
 
+def chapter_definition(chapter: str, name: str):
+    """A teaching definition that lives only in a chapter (never exported),
+    loaded from the chapter's source so that tests and tools hold no copy.
+
+    Runs the one code cell that defines `name` at top level, in a namespace
+    holding the chapter's own exported module, and returns the object."""
+    import importlib
+
+    path = CHAPTERS / f"{chapter}.md"
+    ch = parse_chapter(path)
+    namespace: dict = {}
+    if ch.module:
+        namespace.update(vars(importlib.import_module(
+            f"transformer.{ch.module}")))
+    for cell in read_chapter(path).cells:
+        if cell.cell_type != "code":
+            continue
+        body = directives(cell.source)[1]
+        defined = [n.name for n in ast.parse(body).body
+                   if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
+        if name in defined:
+            exec(compile(body, f"{path.name}:{name}", "exec"), namespace)
+            return namespace[name]
+    raise LookupError(f"{path.relative_to(ROOT)} defines no {name!r}")
+
+
 # ---------------------------------------------------------------- notebooks
 def cell_signature(cell) -> tuple:
     tags = tuple(cell.get("metadata", {}).get("tags", []))
