@@ -210,6 +210,15 @@ def merge_bigram(args) -> dict:
     out = {k: v for k, v in parts[0].items() if k != "seeds"}
     out["seeds"] = {k: v for part in parts for k, v in part["seeds"].items()}
     out["environment_per_seed"] = [part["environment"] for part in parts]
+    # chapter 07's entropy-floor bound, recomputed here (xz | training text)
+    from transformer.baseline import compressed_bits_per_byte
+    from transformer.data import load_corpus, train_val_split
+    train_text, val_text = train_val_split(load_corpus())
+    _, _, val_ids = token_stream(1024)
+    bpb = compressed_bits_per_byte(val_text.encode(), train_text.encode())
+    bytes_per_token = len(val_text.encode()) / len(val_ids)
+    out["floor_bits_per_byte"] = bpb
+    out["floor_nats_per_token"] = bpb * math.log(2) * bytes_per_token
     return out
 
 
