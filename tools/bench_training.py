@@ -84,7 +84,8 @@ def hf_step(shape: dict, attn: str):
                      n_head=shape["n_head"], resid_pdrop=0.0,
                      embd_pdrop=0.0, attn_pdrop=0.0)
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(cfg, attn_implementation=attn)
+    model = GPT2LMHeadModel._from_config(cfg, attn_implementation=attn)
+    assert model.config._attn_implementation == attn
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95),
                             weight_decay=0.1)
 
