@@ -5,6 +5,7 @@
     python tools/training_results.py bigram     # ~25 min (3 seeds)
     # or one process per seed, then merge into bigram.json:
     python tools/training_results.py bigram --seeds 0   # (and 1, 2)
+    python tools/training_results.py floor    # chapter 07's bound, ~30 s
     python tools/training_results.py bigram-merge
     python tools/training_results.py tiny       # the tiny preset, timed
 
@@ -210,16 +211,23 @@ def merge_bigram(args) -> dict:
     out = {k: v for k, v in parts[0].items() if k != "seeds"}
     out["seeds"] = {k: v for part in parts for k, v in part["seeds"].items()}
     out["environment_per_seed"] = [part["environment"] for part in parts]
-    # chapter 07's entropy-floor bound, recomputed here (xz | training text)
+    floor = json.loads((OUT / "floor.json").read_text())
+    out.update({k: floor[k] for k in ("floor_bits_per_byte",
+                                      "floor_nats_per_token")})
+    return out
+
+
+def run_floor(args) -> dict:
+    """Chapter 07's entropy-floor bound, xz(validation | training), in
+    nats per token of the book's tokenizer (bigram-merge reads it)."""
     from transformer.baseline import compressed_bits_per_byte
     from transformer.data import load_corpus, train_val_split
     train_text, val_text = train_val_split(load_corpus())
     _, _, val_ids = token_stream(1024)
     bpb = compressed_bits_per_byte(val_text.encode(), train_text.encode())
     bytes_per_token = len(val_text.encode()) / len(val_ids)
-    out["floor_bits_per_byte"] = bpb
-    out["floor_nats_per_token"] = bpb * math.log(2) * bytes_per_token
-    return out
+    return {"floor_bits_per_byte": bpb, "bytes_per_token": bytes_per_token,
+            "floor_nats_per_token": bpb * math.log(2) * bytes_per_token}
 
 
 def run_tiny(args) -> dict:
@@ -234,7 +242,7 @@ def run_tiny(args) -> dict:
 
 
 RUNS = {"e10": run_e10, "shuffled": run_shuffled, "bigram": run_bigram,
-        "bigram-merge": merge_bigram, "tiny": run_tiny}
+        "bigram-merge": merge_bigram, "floor": run_floor, "tiny": run_tiny}
 
 
 def main(argv=None) -> int:

@@ -56,7 +56,7 @@ class TrainConfig:
     `seq_len` None trains on windows of the model's block_size;
     `grad_clip` 0 turns clipping off; `checkpoint_interval` 0 writes a
     checkpoint only at the end (and on Ctrl-C). Defined in chapter
-    "Training", section "The training loop"."""
+    "Training", section "Configuration"."""
     steps: int = 200
     batch_size: int = 16
     lr: float = 3e-3
@@ -589,17 +589,18 @@ def sample_ids(model: torch.nn.Module, ids: torch.Tensor,
     return ids
 
 
-# name -> (GPTConfig kwargs, TrainConfig kwargs). The times are wall-clock
-# for `python -m transformer train --preset NAME` on the book's 2-core
-# machine (shared, so expect +-20%); chapter "Training", section
-# "Presets" measures them.
+# name -> (GPTConfig kwargs, TrainConfig kwargs). Next to each preset, its
+# run time as measured for the book (chapter "Training", section "Presets
+# and the command line"): one thread of the shared 2-core build machine
+# while its load average was near 10, i.e. a small share of one core. An
+# idle 2-core machine is several times faster.
 PRESETS = {
-    # ~0.95M parameters; TIME_TINY
+    # 940,800 parameters, 1,228,800 tokens; TIME_TINY
     "tiny": (dict(vocab_size=1024, block_size=128, n_layer=4, n_head=4,
                   n_embd=128),
              dict(steps=600, batch_size=16, lr=3e-3, min_lr=3e-4,
                   warmup_steps=50, eval_interval=100, eval_batches=8)),
-    # ~11M parameters; TIME_SMALL
+    # 11,139,072 parameters, 819,200 tokens; TIME_SMALL
     "small": (dict(vocab_size=1024, block_size=256, n_layer=6, n_head=6,
                    n_embd=384, dropout=0.1),
               dict(steps=400, batch_size=8, lr=1e-3, min_lr=1e-4,
@@ -638,7 +639,8 @@ def configs_from(preset: str, overrides=()) -> tuple[GPTConfig,
     is set below the preset's warmup and warmup_steps is not, the warmup
     shrinks to the run. Raises
     ValueError naming the preset or field at fault. Defined in chapter
-    "Training", section "The command line"."""
+    "Training", section "Presets and
+    the command line"."""
     if preset not in PRESETS:
         raise ValueError(f"preset: expected one of {sorted(PRESETS)}, "
                          f"got {preset!r}")
@@ -673,8 +675,8 @@ def configs_from(preset: str, overrides=()) -> tuple[GPTConfig,
 
 def init_model(config: GPTConfig, seed: int) -> GPT:
     """A GPT initialised from torch.manual_seed(seed): the same seed gives
-    the same weights. Defined in chapter "Training", section "Determinism".
-    """
+    the same weights. Defined in chapter "Training", section "The loop,
+    one move at a time", move 7."""
     torch.manual_seed(seed)
     return GPT(config)
 
@@ -690,7 +692,8 @@ def _parse_args(parser: argparse.ArgumentParser, argv):
 def train_main(argv=None) -> int:
     """`python -m transformer train`: train a preset, print a summary.
     Returns the exit code (0 done, 2 bad arguments, 130 interrupted).
-    Defined in chapter "Training", section "The command line"."""
+    Defined in chapter "Training", section "Presets and
+    the command line"."""
     p = argparse.ArgumentParser(
         prog="python -m transformer train",
         description="Train a GPT on the book's corpus from a named preset.")
