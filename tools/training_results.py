@@ -230,6 +230,28 @@ def run_floor(args) -> dict:
             "floor_nats_per_token": bpb * math.log(2) * bytes_per_token}
 
 
+def run_preset_time(args) -> dict:
+    """CPU seconds per training step of each preset (one thread), and the
+    whole preset's CPU time extrapolated from it. On a shared machine CPU
+    time is the better estimate of the wall time on an idle one."""
+    tok, train_ids, val_ids = token_stream(1024)
+    out = {}
+    for name, steps in (("tiny", 8), ("small", 3)):
+        model_cfg, train_cfg = configs_from(name)
+        cfg = TrainConfig(**{**train_cfg.__dict__, "steps": steps,
+                             "warmup_steps": 1, "eval_batches": 1})
+        model = init_model(model_cfg, 0)
+        hist = train(model, train_ids, val_ids, cfg)
+        per_step = hist["cpu_s"] / steps  # includes one small evaluation
+        out[name] = {"steps_timed": steps, "cpu_s": hist["cpu_s"],
+                     "wall_s": hist["wall_s"], "cpu_s_per_step": per_step,
+                     "preset_steps": train_cfg.steps,
+                     "preset_cpu_minutes": per_step * train_cfg.steps / 60}
+        print(f"{name}: {per_step:.2f} CPU s/step -> "
+              f"{out[name]['preset_cpu_minutes']:.1f} CPU min", flush=True)
+    return out
+
+
 def run_tiny(args) -> dict:
     """The `tiny` preset exactly as `python -m transformer train` runs it."""
     tok, train_ids, val_ids = token_stream(1024)
@@ -242,7 +264,8 @@ def run_tiny(args) -> dict:
 
 
 RUNS = {"e10": run_e10, "shuffled": run_shuffled, "bigram": run_bigram,
-        "bigram-merge": merge_bigram, "floor": run_floor, "tiny": run_tiny}
+        "bigram-merge": merge_bigram, "floor": run_floor, "preset-time": run_preset_time,
+        "tiny": run_tiny}
 
 
 def main(argv=None) -> int:

@@ -398,10 +398,11 @@ def train(model: torch.nn.Module, train_ids: torch.Tensor,
 
     Returns the history: "steps", "train_loss", "lr", "grad_norm" (one per
     step, from step 1 of the run), "val_steps", "val_loss", and for this
-    call "tokens", "train_s", "tokens_per_s", "wall_s", "resumed_from",
-    "skipped_steps" (non-finite gradients). Defined in chapter
+    call "tokens", "train_s", "tokens_per_s", "wall_s", "cpu_s" (process
+    CPU time: on a shared machine, closer to what an idle one would take),
+    "resumed_from", "skipped_steps" (non-finite gradients). Defined in chapter
     "Training", section "The training loop"."""
-    t_wall = time.perf_counter()
+    t_wall, t_cpu = time.perf_counter(), time.process_time()
     if not isinstance(model, torch.nn.Module):
         raise ValueError(f"model: expected a torch.nn.Module, "
                          f"got {type(model).__name__}")
@@ -524,6 +525,7 @@ def train(model: torch.nn.Module, train_ids: torch.Tensor,
     hist.update(steps=step, tokens=tokens, train_s=train_s,
                 tokens_per_s=tokens / train_s if train_s else 0.0,
                 wall_s=time.perf_counter() - t_wall,
+                cpu_s=time.process_time() - t_cpu,
                 resumed_from=resumed_from, skipped_steps=skipped)
     return hist
 
