@@ -327,6 +327,7 @@ def test_top_k_and_top_p_keep_only_the_allowed_tokens():
     (["--set", "seq_len=4096"], "seq_len: expected <= the model's"),
     (["--set", "n_head=3"], "n_embd: expected a multiple of n_head"),
     (["--bogus"], "unrecognized arguments"),
+    (["--threads", "0"], "--threads: expected an int >= 1"),
 ])
 def test_train_main_bad_arguments_exit_2_with_a_message(argv, message,
                                                         capsys):
@@ -342,7 +343,7 @@ def test_train_then_sample_end_to_end(tmp_path, capsys):
                        "--set", "n_embd=32", "--set", "batch_size=2",
                        "--set", "seq_len=16", "--set", "eval_batches=1",
                        "--checkpoint", str(path), "--log", str(log),
-                       "--no-progress"])
+                       "--no-progress", "--threads", "1"])
     assert code == 0 and path.is_file() and log.is_file()
     assert "step 2: train loss" in capsys.readouterr().out
     code = sample_main(["--checkpoint", str(path), "--prompt", "ROMEO:",

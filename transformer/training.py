@@ -713,9 +713,18 @@ def train_main(argv=None) -> int:
                    help="also write the loss history as JSON")
     p.add_argument("--no-progress", action="store_true",
                    help="no progress bar")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads (default: PyTorch's choice; 1 is "
+                        "often faster on a busy machine)")
     args, code = _parse_args(p, argv)
     if args is None:
         return code
+    if args.threads is not None:
+        if args.threads < 1:
+            print(f"error: --threads: expected an int >= 1, got "
+                  f"{args.threads}", file=sys.stderr)
+            return 2
+        torch.set_num_threads(args.threads)
     try:
         model_cfg, train_cfg = configs_from(args.preset, args.overrides)
     except ValueError as err:
