@@ -593,16 +593,18 @@ def sample_ids(model: torch.nn.Module, ids: torch.Tensor,
 
 # name -> (GPTConfig kwargs, TrainConfig kwargs). Next to each preset, its
 # run time as measured for the book (chapter "Training", section "Presets
-# and the command line"): one thread of the shared 2-core build machine
-# while its load average was near 10, i.e. a small share of one core. An
-# idle 2-core machine is several times faster.
+# and the command line"): the CPU time of a one-thread run on the shared
+# 2-core build machine, close to the wall time on one idle core. The wall
+# time while the machine was shared (load average near 10) was far longer.
 PRESETS = {
-    # 940,800 parameters, 1,228,800 tokens; TIME_TINY
+    # 940,800 parameters, 1,228,800 tokens; about 11 CPU-minutes on one
+    # core (1.12 CPU s/step)
     "tiny": (dict(vocab_size=1024, block_size=128, n_layer=4, n_head=4,
                   n_embd=128),
              dict(steps=600, batch_size=16, lr=3e-3, min_lr=3e-4,
                   warmup_steps=50, eval_interval=100, eval_batches=8)),
-    # 11,139,072 parameters, 819,200 tokens; TIME_SMALL
+    # 11,139,072 parameters, 819,200 tokens; about 52 CPU-minutes on one
+    # core (7.83 CPU s/step)
     "small": (dict(vocab_size=1024, block_size=256, n_layer=6, n_head=6,
                    n_embd=384, dropout=0.1),
               dict(steps=400, batch_size=8, lr=1e-3, min_lr=1e-4,
