@@ -38,6 +38,19 @@ from .baseline import (  # noqa: F401
     compressed_bits_per_byte,
 )
 from .optim import AdamW, lr_at, clip_grad_norm  # noqa: F401
+from .training import (  # noqa: F401
+    TrainConfig,
+    evaluate,
+    save_checkpoint,
+    load_checkpoint,
+    model_from_checkpoint,
+    train,
+    sample_ids,
+    configs_from,
+    init_model,
+    train_main,
+    sample_main,
+)
 from .cost_model import (  # noqa: F401
     ModelShape,
     model_shape,
@@ -117,6 +130,17 @@ __all__ = [
     "AdamW",
     "lr_at",
     "clip_grad_norm",
+    "TrainConfig",
+    "evaluate",
+    "save_checkpoint",
+    "load_checkpoint",
+    "model_from_checkpoint",
+    "train",
+    "sample_ids",
+    "configs_from",
+    "init_model",
+    "train_main",
+    "sample_main",
     "ModelShape",
     "model_shape",
     "param_breakdown",
