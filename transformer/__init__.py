@@ -48,8 +48,6 @@ from .training import (  # noqa: F401
     sample_ids,
     configs_from,
     init_model,
-    train_main,
-    sample_main,
 )
 from .cost_model import (  # noqa: F401
     ModelShape,
@@ -139,8 +137,6 @@ __all__ = [
     "sample_ids",
     "configs_from",
     "init_model",
-    "train_main",
-    "sample_main",
     "ModelShape",
     "model_shape",
     "param_breakdown",
