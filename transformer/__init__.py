@@ -44,6 +44,14 @@ from .cost_model import (  # noqa: F401
     main,
     attention_timing_parts,
 )
+from .sampling import (  # noqa: F401
+    top_k_filter,
+    top_p_filter,
+    next_token_probs,
+    sample_next,
+    beam_search,
+)
+from .kv_cache import KVCache, make_caches, generate  # noqa: F401
 from .stats import (  # noqa: F401
     mean_sd,
     normal_cdf,
@@ -113,6 +121,14 @@ __all__ = [
     "format_cost_table",
     "main",
     "attention_timing_parts",
+    "top_k_filter",
+    "top_p_filter",
+    "next_token_probs",
+    "sample_next",
+    "beam_search",
+    "KVCache",
+    "make_caches",
+    "generate",
     "mean_sd",
     "normal_cdf",
     "normal_quantile",

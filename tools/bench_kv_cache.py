@@ -1,0 +1,181 @@
+"""Per-token decode latency with and without the KV cache (E11), ours
+against Hugging Face GPT2LMHeadModel with its cache, interleaved.
+
+Both models have the same random weights (GPT.from_hf_gpt2), run greedy
+decoding in the same hand-written loop (one forward per token, arg-max),
+with torch.set_num_threads(1). Every decode step is timed on its own, so a
+run of N new tokens gives N per-token latencies; the prompt's forward (the
+prefill) is timed separately. Rounds alternate which model goes first.
+
+Writes results/kv_cache/decode_latency.json. Run time about 10 minutes on
+a busy 2-core machine; --quick for a smoke test.
+
+Usage: .venv/bin/python tools/bench_kv_cache.py [--quick]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from transformer.bench import (environment, latency_summary,  # noqa: E402
+                               ratio_of_medians_ci, write_json)
+from transformer.kv_cache import make_caches  # noqa: E402
+from transformer.model import GPT  # noqa: E402
+
+OUT = (Path(__file__).resolve().parent.parent / "results" / "kv_cache"
+       / "decode_latency.json")
+SHAPES = {
+    "tiny": dict(vocab_size=1024, n_layer=4, n_head=4, n_embd=128),
+    "gpt2_small": dict(vocab_size=50257, n_layer=12, n_head=12, n_embd=768),
+}
+PROMPT = 16
+LENGTHS = (32, 128, 512)
+
+
+def ours_cached(model, prompt, n):
+    """Greedy decode of n tokens with our KVCache; per-step seconds."""
+    caches = make_caches(model, 1, prompt.shape[1] + n)
+    t0 = time.perf_counter()
+    logits, _ = model(prompt, caches=caches)  # (1, T0, V)
+    nxt = logits[:, -1].argmax(-1, keepdim=True)  # (1, 1)
+    prefill = time.perf_counter() - t0
+    steps, toks = [], [nxt.item()]
+    pos = prompt.shape[1]
+    for _ in range(n - 1):
+        t0 = time.perf_counter()
+        logits, _ = model(nxt, start_pos=pos, caches=caches)  # (1, 1, V)
+        nxt = logits[:, -1].argmax(-1, keepdim=True)  # (1, 1)
+        steps.append(time.perf_counter() - t0)
+        toks.append(nxt.item())
+        pos += 1
+    return prefill, steps, toks
+
+
+def ours_recompute(model, prompt, n):
+    """Greedy decode of n tokens, rerunning the whole sequence each step."""
+    seq = prompt
+    t0 = time.perf_counter()
+    logits, _ = model(seq)  # (1, T0, V)
+    nxt = logits[:, -1].argmax(-1, keepdim=True)  # (1, 1)
+    prefill = time.perf_counter() - t0
+    steps, toks = [], [nxt.item()]
+    for _ in range(n - 1):
+        t0 = time.perf_counter()
+        seq = torch.cat([seq, nxt], dim=1)  # (1, t + 1)
+        logits, _ = model(seq)  # (1, t + 1, V)
+        nxt = logits[:, -1].argmax(-1, keepdim=True)  # (1, 1)
+        steps.append(time.perf_counter() - t0)
+        toks.append(nxt.item())
+    return prefill, steps, toks
+
+
+def hf_cached(hf, prompt, n):
+    """The same loop for Hugging Face's model and its own cache."""
+    t0 = time.perf_counter()
+    out = hf(input_ids=prompt, use_cache=True)
+    past = out.past_key_values
+    nxt = out.logits[:, -1].argmax(-1, keepdim=True)  # (1, 1)
+    prefill = time.perf_counter() - t0
+    steps, toks = [], [nxt.item()]
+    for _ in range(n - 1):
+        t0 = time.perf_counter()
+        out = hf(input_ids=nxt, past_key_values=past, use_cache=True)
+        past = out.past_key_values
+        nxt = out.logits[:, -1].argmax(-1, keepdim=True)  # (1, 1)
+        steps.append(time.perf_counter() - t0)
+        toks.append(nxt.item())
+    return prefill, steps, toks
+
+
+def build(shape):
+    torch.manual_seed(0)
+    cfg = GPT2Config(n_positions=1024, activation_function="gelu_new",
+                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                     **shape)
+    hf = GPT2LMHeadModel(cfg).eval()
+    return hf, GPT.from_hf_gpt2(hf).eval()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    # rounds per (shape, length); fewer at GPT-2 small, where one round of
+    # 512 tokens takes tens of seconds per model
+    rounds = {"tiny": {32: 20, 128: 10, 512: 4},
+              "gpt2_small": {32: 4, 128: 2, 512: 2}}
+    recompute_rounds = {32: 6, 128: 4, 512: 2}  # tiny only
+    if args.quick:
+        rounds = {k: {n: 2 for n in v} for k, v in rounds.items()}
+        recompute_rounds = {n: 1 for n in recompute_rounds}
+    record = {"prompt": PROMPT, "lengths": list(LENGTHS), "threads": 1,
+              "environment": environment(), "runs": []}
+    t_start = time.perf_counter()
+    for shape_name, shape in SHAPES.items():
+        hf, ours = build(shape)
+        g = torch.Generator().manual_seed(1)
+        prompt = torch.randint(0, shape["vocab_size"], (1, PROMPT),
+                               generator=g)  # (1, T0)
+        with torch.no_grad():
+            for fn in (ours_cached, hf_cached):  # warm-up
+                fn(ours if fn is ours_cached else hf, prompt, 8)
+            for n in LENGTHS:
+                res = {"ours": [], "hf": []}
+                for r in range(rounds[shape_name][n]):
+                    order = ["ours", "hf"] if r % 2 == 0 else ["hf", "ours"]
+                    for who in order:
+                        if who == "ours":
+                            res[who].append(ours_cached(ours, prompt, n))
+                        else:
+                            res[who].append(hf_cached(hf, prompt, n))
+                entry = {"shape": shape_name, "config": shape, "n_new": n,
+                         "loadavg": list(os.getloadavg())}
+                for who in ("ours", "hf"):
+                    steps = [s for _, st, _ in res[who] for s in st]
+                    entry[who] = {
+                        "prefill_s": [p for p, _, _ in res[who]],
+                        "step_s": [st for _, st, _ in res[who]],
+                        "summary": latency_summary(steps),
+                        "run_medians_s": [
+                            latency_summary(st)["p50"]
+                            for _, st, _ in res[who]]}
+                ratio, lo, hi = ratio_of_medians_ci(
+                    entry["ours"]["run_medians_s"],
+                    entry["hf"]["run_medians_s"])
+                entry["ratio_ours_over_hf"] = [ratio, lo, hi]
+                entry["same_tokens"] = (res["ours"][0][2]
+                                        == res["hf"][0][2])
+                if shape_name == "tiny":
+                    rec = [ours_recompute(ours, prompt, n)
+                           for _ in range(recompute_rounds[n])]
+                    steps = [s for _, st, _ in rec for s in st]
+                    entry["ours_recompute"] = {
+                        "step_s": [st for _, st, _ in rec],
+                        "summary": latency_summary(steps)}
+                    entry["recompute_same_tokens"] = (rec[0][2]
+                                                      == res["ours"][0][2])
+                record["runs"].append(entry)
+                print(f"{shape_name} n={n}: ours p50 "
+                      f"{entry['ours']['summary']['p50'] * 1e3:.3f} ms, "
+                      f"hf p50 {entry['hf']['summary']['p50'] * 1e3:.3f} "
+                      f"ms, ratio {ratio:.3f} [{lo:.3f}, {hi:.3f}] "
+                      f"({time.perf_counter() - t_start:.0f} s)",
+                      flush=True)
+        del hf, ours
+    record["seconds_total"] = time.perf_counter() - t_start
+    record["environment_end"] = environment()
+    write_json(record, OUT)
+    print(f"wrote {OUT} in {record['seconds_total']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
