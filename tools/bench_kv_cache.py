@@ -110,9 +110,9 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     # rounds per (shape, length); fewer at GPT-2 small, where one round of
     # 512 tokens takes tens of seconds per model
-    rounds = {"tiny": {32: 20, 128: 10, 512: 4},
-              "gpt2_small": {32: 4, 128: 2, 512: 2}}
-    recompute_rounds = {32: 6, 128: 4, 512: 2}  # tiny only
+    rounds = {"tiny": {32: 10, 128: 6, 512: 3},
+              "gpt2_small": {32: 3, 128: 2, 512: 1}}
+    recompute_rounds = {32: 4, 128: 2, 512: 1}  # tiny only
     if args.quick:
         rounds = {k: {n: 2 for n in v} for k, v in rounds.items()}
         recompute_rounds = {n: 1 for n in recompute_rounds}
@@ -163,6 +163,7 @@ def main(argv=None) -> int:
                     entry["recompute_same_tokens"] = (rec[0][2]
                                                       == res["ours"][0][2])
                 record["runs"].append(entry)
+                write_json(record, OUT)  # after every entry: partial runs
                 print(f"{shape_name} n={n}: ours p50 "
                       f"{entry['ours']['summary']['p50'] * 1e3:.3f} ms, "
                       f"hf p50 {entry['hf']['summary']['p50'] * 1e3:.3f} "

@@ -22,7 +22,7 @@ class KVCache:
 
     Buffers: k, v (B, H, max_len, Dh). Bytes: 2 * B * H * max_len * Dh *
     element size, eq. (eq-kv-bytes) for one layer. Derived in chapter
-    "The KV cache", move 3."""
+    "The KV cache", moves 4 and 6."""
 
     def __init__(self, B: int, n_head: int, max_len: int, head_dim: int,
                  dtype: torch.dtype = torch.float32, device=None):
@@ -69,7 +69,7 @@ class KVCache:
 
 def make_caches(model, B: int, max_len: int) -> list[KVCache]:
     """One KVCache per block of `model`, in its parameters' dtype and
-    device. Derived in chapter "The KV cache", move 3."""
+    device. Derived in chapter "The KV cache", moves 4 and 6."""
     cfg = model.config
     p = next(model.parameters())
     return [KVCache(B, cfg.n_head, max_len, cfg.head_dim, p.dtype, p.device)
