@@ -21,7 +21,7 @@ class KVCache:
     positions and returns views of every position so far.
 
     Buffers: k, v (B, H, max_len, Dh). Bytes: 2 * B * H * max_len * Dh *
-    element size, eq. (eq-kv-bytes) for one layer. Derived in chapter
+    element size, eq. (eq-kv-cache-bytes) for one layer. Derived in chapter
     "The KV cache", moves 4 and 6."""
 
     def __init__(self, B: int, n_head: int, max_len: int, head_dim: int,
@@ -85,7 +85,7 @@ def generate(model, idx: torch.Tensor, max_new_tokens: int,
     prompt is run once and every later step feeds one token against the
     KV cache; without it, every step reruns the whole sequence. Shapes:
     idx (B, T0) -> (B, T0 + max_new_tokens). Derived in chapter "The KV
-    cache", section "Generation with a cache"."""
+    cache", moves 2 and 5, section "The code"."""
     cfg = model.config
     if not isinstance(idx, torch.Tensor) or idx.dtype != torch.int64 \
             or idx.dim() != 2 or idx.shape[1] < 1:

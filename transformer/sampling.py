@@ -53,7 +53,10 @@ def top_p_filter(probs: torch.Tensor, p: float) -> torch.Tensor:
     _check_decoding(1.0, None, p)
     sorted_p, order = probs.sort(dim=-1, descending=True,
                                  stable=True)  # (..., V) each
-    before = sorted_p.cumsum(-1) - sorted_p  # (..., V), mass ahead of each
+    mass = sorted_p.cumsum(-1)  # (..., V)
+    # mass strictly ahead of each token: shift, not subtract (no rounding)
+    before = torch.cat([torch.zeros_like(mass[..., :1]),
+                        mass[..., :-1]], dim=-1)  # (..., V)
     keep_sorted = before < p  # (..., V); the first entry always survives
     keep = torch.zeros_like(keep_sorted).scatter(-1, order,
                                                  keep_sorted)  # (..., V)
@@ -96,12 +99,14 @@ def sample_next(logits: torch.Tensor, temperature: float = 1.0,
 
 def beam_search(model, idx: torch.Tensor, max_new_tokens: int,
                 beam_width: int, length_penalty: float = 1.0,
-                eos_id: int | None = None) -> torch.Tensor:
+                eos_id: int | None = None, return_hypotheses: bool = False):
     """The sequence that maximises (sum of log-probabilities) / n**alpha
     among those a beam of `beam_width` keeps, n the number of new tokens
     (counting an end-of-text token eos_id, which ends a hypothesis), alpha
-    = length_penalty. Shapes: idx (1, T0) -> (1, T0 + n). Derived in
-    chapter "Sampling and decoding", section "Beam search"."""
+    = length_penalty. Stops after max_new_tokens, or once beam_width
+    hypotheses have ended. Shapes: idx (1, T0) -> (1, T0 + n); with
+    return_hypotheses, every final hypothesis as (score, (1, T0 + n)),
+    best first. Derived in chapter "Sampling and decoding", moves 6-8."""
     cfg = model.config
     if not isinstance(idx, torch.Tensor) or idx.dtype != torch.int64 \
             or idx.dim() != 2 or idx.shape[0] != 1 or idx.shape[1] < 1:
@@ -117,6 +122,9 @@ def beam_search(model, idx: torch.Tensor, max_new_tokens: int,
             length_penalty):
         raise ValueError(f"length_penalty: expected a finite number, "
                          f"got {length_penalty!r}")
+    if not isinstance(return_hypotheses, bool):
+        raise ValueError(f"return_hypotheses: expected a bool, "
+                         f"got {return_hypotheses!r}")
     if eos_id is not None and not (isinstance(eos_id, int)
                                    and 0 <= eos_id < cfg.vocab_size):
         raise ValueError(f"eos_id: expected None or a token id in "
@@ -160,8 +168,10 @@ def beam_search(model, idx: torch.Tensor, max_new_tokens: int,
     n_live = beams.shape[1] - T0
     finished += [(normalised(s, n_live), seq)
                  for s, seq in zip(scores.tolist(), beams)]
-    best = max(finished, key=lambda f: f[0])
-    return best[1][None]  # (1, T0 + n)
+    finished.sort(key=lambda f: -f[0])  # stable: ties keep their order
+    if return_hypotheses:
+        return [(score, seq[None]) for score, seq in finished]
+    return finished[0][1][None]  # (1, T0 + n)
 
 
 GPT.beam_search = beam_search
