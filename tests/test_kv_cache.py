@@ -14,6 +14,16 @@ from transformer.model import GPT, GPTConfig
 ENCODINGS = ("learned", "sinusoidal", "rope", "none")
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Toy models are all per-call overhead: one thread avoids spin-waits
+    on a shared machine. Restored after each test."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def tiny(pos_encoding="learned", **kw):
     torch.manual_seed(0)
     cfg = dict(vocab_size=61, block_size=48, n_layer=2, n_head=2, n_embd=16,

@@ -15,6 +15,16 @@ from transformer.sampling import (beam_search, next_token_probs,
 from transformer.softmax import log_softmax
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Toy models are all per-call overhead: one thread avoids spin-waits
+    on a shared machine. Restored after each test."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def tiny(V=61, block_size=32):
     torch.manual_seed(0)
     return GPT(GPTConfig(vocab_size=V, block_size=block_size, n_layer=2,
