@@ -10,11 +10,17 @@ prefill) is timed separately. Rounds alternate which model goes first.
 Writes results/kv_cache/decode_latency.json. Run time about 10 minutes on
 a busy 2-core machine; --quick for a smoke test.
 
+A point measured with only one round per model cannot be interleaved
+fairly (the load can change between the two runs); --lockstep SHAPE:N
+re-measures it with the two models alternating single decode steps.
+
 Usage: .venv/bin/python tools/bench_kv_cache.py [--quick]
+       .venv/bin/python tools/bench_kv_cache.py --lockstep gpt2_small:512
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -94,6 +100,66 @@ def hf_cached(hf, prompt, n):
     return prefill, steps, toks
 
 
+def lockstep(ours, hf, prompt, n):
+    """Both models decode n tokens greedily in lockstep, one step of ours,
+    then one of Hugging Face's, alternating which goes first: every pair
+    of steps sees the same machine load. Returns both per-step lists."""
+    caches = make_caches(ours, 1, prompt.shape[1] + n)
+    a, _ = ours(prompt, caches=caches)  # (1, T0, V)
+    out = hf(input_ids=prompt, use_cache=True)
+    na = a[:, -1].argmax(-1, keepdim=True)  # (1, 1)
+    nb = out.logits[:, -1].argmax(-1, keepdim=True)  # (1, 1)
+    past, pos = out.past_key_values, prompt.shape[1]
+    ta, tb, same = [], [], True
+    for i in range(n - 1):
+        for who in (("a", "b") if i % 2 == 0 else ("b", "a")):
+            t0 = time.perf_counter()
+            if who == "a":
+                a, _ = ours(na, start_pos=pos, caches=caches)  # (1, 1, V)
+                na = a[:, -1].argmax(-1, keepdim=True)  # (1, 1)
+                ta.append(time.perf_counter() - t0)
+            else:
+                out = hf(input_ids=nb, past_key_values=past, use_cache=True)
+                past = out.past_key_values
+                nb = out.logits[:, -1].argmax(-1, keepdim=True)  # (1, 1)
+                tb.append(time.perf_counter() - t0)
+        same = same and na.item() == nb.item()
+        pos += 1
+    return ta, tb, same
+
+
+def redo_lockstep(shape_name, n):
+    """Replace one (shape, n) entry of the JSON by a lockstep measurement
+    (used where one round per model cannot be interleaved fairly)."""
+    record = json.loads(OUT.read_text())
+    hf, ours = build(SHAPES[shape_name])
+    g = torch.Generator().manual_seed(1)
+    prompt = torch.randint(0, SHAPES[shape_name]["vocab_size"], (1, PROMPT),
+                           generator=g)  # (1, T0)
+    with torch.no_grad():
+        lockstep(ours, hf, prompt, 8)  # warm-up
+        ta, tb, same = lockstep(ours, hf, prompt, n)
+    ratio, lo, hi = ratio_of_medians_ci(ta, tb)
+    entry = {"shape": shape_name, "config": SHAPES[shape_name], "n_new": n,
+             "order": "lockstep: alternating single decode steps",
+             "loadavg": list(os.getloadavg()),
+             "ours": {"step_s": [ta], "summary": latency_summary(ta)},
+             "hf": {"step_s": [tb], "summary": latency_summary(tb)},
+             "ratio_ours_over_hf": [ratio, lo, hi], "same_tokens": same,
+             "environment": environment()}
+    old = [r for r in record["runs"]
+           if (r["shape"], r["n_new"]) == (shape_name, n)]
+    record.setdefault("replaced_by_lockstep", []).extend(old)
+    record["runs"] = [r for r in record["runs"]
+                      if (r["shape"], r["n_new"]) != (shape_name, n)]
+    record["runs"].append(entry)
+    write_json(record, OUT)
+    print(f"{shape_name} n={n} lockstep: ours p50 "
+          f"{entry['ours']['summary']['p50'] * 1e3:.3f} ms, hf p50 "
+          f"{entry['hf']['summary']['p50'] * 1e3:.3f} ms, ratio "
+          f"{ratio:.3f} [{lo:.3f}, {hi:.3f}]")
+
+
 def build(shape):
     torch.manual_seed(0)
     cfg = GPT2Config(n_positions=1024, activation_function="gelu_new",
@@ -106,8 +172,15 @@ def build(shape):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--lockstep", metavar="SHAPE:N",
+                    help="only re-measure this point in lockstep, e.g. "
+                    "gpt2_small:512, and replace it in the JSON")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
+    if args.lockstep:
+        shape_name, n = args.lockstep.split(":")
+        redo_lockstep(shape_name, int(n))
+        return 0
     # rounds per (shape, length); fewer at GPT-2 small, where one round of
     # 512 tokens takes tens of seconds per model
     rounds = {"tiny": {32: 10, 128: 6, 512: 3},
