@@ -2,8 +2,8 @@
 
 A stand-in until the training chapter's model exists: a BPE tokenizer with
 a vocabulary of 1024, trained on the corpus, and a 4-layer, width-128 GPT
-trained for a fixed number of steps (a few minutes on a busy 2-core
-machine). Writes
+trained for a fixed number of steps (about five minutes with one thread
+on a busy 2-core machine). Writes
 results/sampling/tiny_gpt.pt (weights in float16, under 5 MB),
 results/sampling/tokenizer.json and results/sampling/train_tiny.json.
 
