@@ -65,6 +65,14 @@ from .cost_model import (  # noqa: F401
     format_cost_table,
     attention_timing_parts,
 )
+from .sampling import (  # noqa: F401
+    top_k_filter,
+    top_p_filter,
+    next_token_probs,
+    sample_next,
+    beam_search,
+)
+from .kv_cache import KVCache, make_caches, generate  # noqa: F401
 from .stats import (  # noqa: F401
     mean_sd,
     normal_cdf,
@@ -151,6 +159,14 @@ __all__ = [
     "cost_table",
     "format_cost_table",
     "attention_timing_parts",
+    "top_k_filter",
+    "top_p_filter",
+    "next_token_probs",
+    "sample_next",
+    "beam_search",
+    "KVCache",
+    "make_caches",
+    "generate",
     "mean_sd",
     "normal_cdf",
     "normal_quantile",
