@@ -442,6 +442,7 @@ def main(argv: list[str] | None = None) -> int:
     root = args.root or default_results_dir()
     if args.list or args.id is None:
         for exp in EXPERIMENTS.values():
+            exp = exp.smoke() if args.smoke else exp
             n = len(exp.points())
             have = len(list((Path(root) / exp.id).glob("*.json")))
             print(f"{exp.id:<4} {exp.title} ({have}/{n} runs)")
