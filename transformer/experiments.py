@@ -157,6 +157,8 @@ class Experiment:
         for name in (self.variable, self.stratum):
             m.pop(name, None)
             r.pop(name, None)
+        if self.variable == "warmup_steps":
+            r["steps"] = max(self.values) + 2
         strata = self.strata
         if self.stratum == "n_layer":
             strata = (1, 2)
@@ -466,6 +468,8 @@ def main(argv: list[str] | None = None) -> int:
 
 _SMALL = {"n_embd": 64, "n_head": 4, "n_layer": 2, "block_size": 64}
 _SHORT = {"steps": 200, "batch_size": 16, "eval_every": 50}
+_TINY = {"n_embd": 64, "n_head": 4, "n_layer": 2, "block_size": 32}
+_TINY_RUN = {"steps": 150, "batch_size": 16, "eval_every": 50}
 
 EXPERIMENTS = {e.id: e for e in [
     Experiment(
@@ -500,9 +504,57 @@ EXPERIMENTS = {e.id: e for e in [
         run={"steps": 150, "batch_size": 16, "eval_every": 50,
              "warmup_steps": 10},
         stratum="n_layer", strata=(2, 4, 8, 16), extras=("init_grads",)),
+    Experiment(
+        "E2", "Head count at fixed width", "n_head", (1, 2, 4, 8, 16),
+        prediction=(
+            "Loss falls from 1 to 4 heads and is flat or worse at 16 heads, "
+            "where each head has only 4 dimensions."),
+        falsifier=(
+            "16 heads give the lowest mean loss, or 1 head lies within "
+            "0.02 nats of the best."),
+        model=_TINY, run=_TINY_RUN),
+    Experiment(
+        "E3", "Feed-forward expansion ratio", "ffn_mult", (1, 2, 4, 8),
+        prediction=(
+            "Loss falls as the ratio grows, with shrinking returns: 8 "
+            "beats 4 by less than 0.02 nats at this token budget."),
+        falsifier="ratio 1 within 0.02 nats of ratio 4.",
+        model=_TINY, run=_TINY_RUN),
+    Experiment(
+        "E5", "LayerNorm against RMSNorm", "norm", ("layernorm", "rmsnorm"),
+        prediction=(
+            "Held-out losses within 0.02 nats of each other; RMSNorm "
+            "trains at least 3% more tokens per second."),
+        falsifier=(
+            "a paired loss difference whose interval excludes zero and "
+            "exceeds 0.05 nats, or RMSNorm slower."),
+        model=_TINY, run=_TINY_RUN),
+    Experiment(
+        "E7", "Warm-up against none, at three learning rates",
+        "warmup_steps", (0, 15),
+        prediction=(
+            "Warm-up makes no difference at lr 1e-3 (under 0.02 nats) and "
+            "helps by more than 0.05 nats at lr 1e-2."),
+        falsifier="no warm-up better than warm-up at lr 1e-2.",
+        model=_TINY, run={**_TINY_RUN, "min_lr": 1e-4},
+        stratum="lr", strata=(1e-3, 3e-3, 1e-2)),
+    Experiment(
+        "E8", "Weight tying on and off", "tie_weights", (True, False),
+        prediction=(
+            "Untying adds V * D = 65,536 parameters and does not lower the "
+            "held-out loss at this budget: tied is as good or better."),
+        falsifier=(
+            "untied better by more than 0.02 nats with an interval "
+            "excluding zero."),
+        model=_TINY, run=_TINY_RUN),
 ]}
 
 TABLE_METRICS = {
     "E4": ("val_loss", "val_loss_2x", "val_loss_2x_tail"),
     "E6": ("val_loss", "train_loss", "max_grad_norm"),
+    "E2": ("val_loss", "n_params"),
+    "E3": ("val_loss", "n_params"),
+    "E5": ("val_loss", "tokens_per_s"),
+    "E7": ("val_loss", "max_grad_norm"),
+    "E8": ("val_loss", "n_params"),
 }
