@@ -547,6 +547,19 @@ EXPERIMENTS = {e.id: e for e in [
             "untied better by more than 0.02 nats with an interval "
             "excluding zero."),
         model=_TINY, run=_TINY_RUN),
+    Experiment(
+        "E14", "Hypothesis: post-norm's plateau is a warm-up problem",
+        "warmup_steps", (10, 100),
+        prediction=(
+            "E6's post-norm models stall near the unigram loss because 10 "
+            "warm-up steps are too few: with 100, post-norm at depth 2 ends "
+            "below 5.6 nats, off the plateau."),
+        falsifier=(
+            "with 100 warm-up steps post-norm at depth 2 still ends above "
+            "5.7 nats."),
+        model={"n_embd": 64, "n_head": 4, "block_size": 32, "n_layer": 2,
+               "norm_position": "post"},
+        run={"steps": 150, "batch_size": 16, "eval_every": 50}),
 ]}
 
 TABLE_METRICS = {
@@ -557,4 +570,5 @@ TABLE_METRICS = {
     "E5": ("val_loss", "tokens_per_s"),
     "E7": ("val_loss", "max_grad_norm"),
     "E8": ("val_loss", "n_params"),
+    "E14": ("val_loss", "train_loss"),
 }
