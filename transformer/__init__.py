@@ -98,7 +98,6 @@ from .experiments import (  # noqa: F401
     load_runs,
     summary_rows,
     summary_table,
-    main,
 )
 from .bench import (  # noqa: F401
     quantile,
@@ -203,7 +202,6 @@ __all__ = [
     "load_runs",
     "summary_rows",
     "summary_table",
-    "main",
     "quantile",
     "median_ci",
     "latency_summary",
