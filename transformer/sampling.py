@@ -149,7 +149,8 @@ def beam_search(model, idx: torch.Tensor, max_new_tokens: int,
             V = logp.shape[-1]
             # each beam has one eos candidate, so 2W candidates always hold
             # W that continue
-            top = total.topk(min(2 * beam_width, total.numel()))
+            top = total.topk(min(2 * beam_width,
+                                 total.numel()))  # (2W,) each
             rows, new_scores = [], []
             for s, c in zip(top.values.tolist(), top.indices.tolist()):
                 b, t = divmod(c, V)
