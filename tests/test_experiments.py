@@ -1,0 +1,173 @@
+"""Tests for transformer.experiments (chapter "Ablations: one variable at a
+time"): declarations, smoke runs, resume, records, summaries, probes."""
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from transformer.baseline import token_stream
+from transformer.experiments import (EXPERIMENTS, Experiment, RunConfig,
+                                     evaluate_windows, init_grad_norms, main,
+                                     run_experiment, summary_rows,
+                                     summary_table, train_run)
+from transformer.model import GPT, GPTConfig
+from transformer.stats import summarize
+
+ROOT = Path(__file__).resolve().parents[1] / "results" / "experiments"
+
+
+@pytest.fixture(scope="module")
+def data():
+    return token_stream(1024)
+
+
+def _decl(**kw):
+    base = dict(id="E99", title="t", variable="norm",
+                values=("layernorm", "rmsnorm"), prediction="p",
+                falsifier="f", seeds=(0, 1))
+    base.update(kw)
+    return Experiment(**base)
+
+
+def test_declaration_validation():
+    _decl()  # valid
+    for kw, word in [({"values": ("layernorm",)}, "values"),
+                     ({"seeds": (0,)}, "seeds"),
+                     ({"prediction": " "}, "prediction"),
+                     ({"falsifier": ""}, "prediction"),
+                     ({"variable": "colour"}, "variable"),
+                     ({"id": "four"}, "id"),
+                     ({"extras": ("magic",)}, "extras"),
+                     ({"model": {"n_embd": 64, "wings": 2}}, "model")]:
+        with pytest.raises(ValueError, match=word):
+            _decl(**kw)
+    with pytest.raises(ValueError, match="warmup_steps"):
+        RunConfig(steps=10, warmup_steps=11)
+    with pytest.raises(ValueError, match="steps"):
+        RunConfig(steps=0)
+    with pytest.raises(ValueError, match="id"):
+        main(["E404", "--root", "/nonexistent"])
+    for exp in EXPERIMENTS.values():  # every declared point is buildable
+        for stratum, value, _ in exp.points():
+            exp.configs(stratum, value)
+
+
+def test_smoke_runs_and_resume(tmp_path, capsys):
+    for exp_id in ("E4", "E6"):
+        assert main([exp_id, "--smoke", "--root", str(tmp_path)]) == 0
+    files = sorted(tmp_path.glob("*/*.json"))
+    n_points = sum(len(EXPERIMENTS[i].smoke().points()) for i in ("E4", "E6"))
+    assert len(files) == n_points
+    stamps = {p: p.stat().st_mtime_ns for p in files}
+    main(["E4", "--smoke", "--root", str(tmp_path)])
+    assert {p: p.stat().st_mtime_ns for p in files} == stamps
+    out = capsys.readouterr().out
+    assert "done, skipped" in out and "prediction:" in out
+    for p in files:
+        rec = json.loads(p.read_text())
+        for key in ("git_commit", "model_config", "run_config", "seed",
+                    "train_loss", "grad_norm", "val_steps", "val_loss",
+                    "final", "wall_s", "machine"):
+            assert key in rec, key
+        assert rec["val_steps"][-1] == rec["run_config"]["steps"]
+    e4 = [json.loads(p.read_text()) for p in tmp_path.glob("E4/*.json")]
+    for rec in e4:
+        learned = rec["value"] == "learned"
+        assert (rec["final"]["val_loss_2x"] is None) == learned
+    e6 = [json.loads(p.read_text()) for p in tmp_path.glob("E6/*.json")]
+    for rec in e6:
+        assert len(rec["init_grad_norms"]) == rec["stratum"]
+    main(["--list", "--smoke", "--root", str(tmp_path)])
+    assert f"({len(e4)}/{len(e4)} runs)" in capsys.readouterr().out
+
+
+def test_token_budget_fixed():
+    for exp in EXPERIMENTS.values():
+        budgets = set()
+        for stratum, value, _ in exp.points():
+            mc, rc = exp.configs(stratum, value)
+            budgets.add(rc.steps * rc.batch_size * mc.block_size)
+        assert len(budgets) == 1, exp.id
+    assert EXPERIMENTS["E4"].configs(None, "rope")[1].steps * 16 * 64 == \
+        204_800
+
+
+def test_determinism_and_split(data):
+    _, train_ids, val_ids = data
+    torch.set_num_threads(1)
+    cfg = GPTConfig(vocab_size=1024, block_size=16, n_layer=1, n_head=2,
+                    n_embd=16, pos_encoding="rope")
+    rc = RunConfig(steps=4, batch_size=2, warmup_steps=1, eval_every=2,
+                   eval_batches=1, eval_batch_size=2)
+    logs = []
+    for _ in range(2):
+        torch.manual_seed(3)
+        logs.append(train_run(GPT(cfg), train_ids, val_ids, rc, seed=3))
+    assert logs[0]["train_loss"] == logs[1]["train_loss"]  # bit-identical
+    assert logs[0]["val_loss"] == logs[1]["val_loss"]
+    torch.manual_seed(4)
+    other = train_run(GPT(cfg), train_ids, val_ids, rc, seed=4)
+    assert other["train_loss"] != logs[0]["train_loss"]
+    torch.manual_seed(0)
+    model = GPT(cfg)
+    ev = evaluate_windows(model, val_ids, 32, 3, 2, split=16)
+    assert math.isclose(ev["loss"], (ev["head"] + ev["tail"]) / 2,
+                        rel_tol=0, abs_tol=1e-5)
+    plain = evaluate_windows(model, val_ids, 32, 3, 2)
+    assert plain["loss"] == ev["loss"] and "head" not in plain
+
+
+def test_summary_rows():
+    exp = _decl(seeds=(0, 1, 2))
+    recs = []
+    losses = {"layernorm": [5.0, 5.1, math.nan], "rmsnorm": [4.9, 5.0, 4.8]}
+    for value, xs in losses.items():
+        for seed, x in enumerate(xs):
+            recs.append({"value": value, "stratum": None, "seed": seed,
+                         "final": {"val_loss": x,
+                                   "diverged": math.isnan(x)}})
+    rows = summary_rows(exp, recs, ("val_loss",))
+    assert [r["diverged"] for r in rows] == [1, 0]
+    assert rows[0]["val_loss"] == summarize([5.0, 5.1])
+    assert rows[1]["val_loss"] == summarize([4.9, 5.0, 4.8])
+    table = summary_table(exp, recs, ("val_loss",))
+    s = summarize([4.9, 5.0, 4.8])
+    assert f"| rmsnorm | 3 | 0 | {s.mean:.3f} [{s.lo:.3f}, {s.hi:.3f}] |" \
+        in table
+    recs[0]["final"]["val_loss"] = None  # not applicable
+    recs[1]["final"]["val_loss"] = None
+    assert summary_rows(exp, recs, ("val_loss",))[0]["val_loss"] is None
+
+
+def test_init_grad_norms(data):
+    _, train_ids, _ = data
+    cfg = GPTConfig(vocab_size=1024, block_size=16, n_layer=3, n_head=2,
+                    n_embd=16, norm_position="post")
+    torch.manual_seed(0)
+    model = GPT(cfg)
+    norms = init_grad_norms(model, train_ids, 4, seed=7)
+    assert len(norms) == 3 and all(n > 0 for n in norms)
+    assert all(p.grad is None for p in model.parameters())
+    g = torch.Generator().manual_seed(7)
+    from transformer.baseline import get_batch
+    x, y = get_batch(train_ids, 4, 16, g)  # (B, T) each
+    _, loss = model(x, y)
+    grads = torch.autograd.grad(loss, list(model.blocks[1].parameters()))
+    direct = torch.sqrt(sum(gr.pow(2).sum() for gr in grads)).item()
+    assert math.isclose(norms[1], direct, rel_tol=1e-5, abs_tol=0)
+
+
+@pytest.mark.parametrize("exp_id", ["E4", "E6"])
+def test_committed_records_complete(exp_id):
+    exp = EXPERIMENTS[exp_id]
+    recs = [json.loads(p.read_text())
+            for p in sorted((ROOT / exp_id).glob("*.json"))]
+    have = {(r["stratum"], r["value"], r["seed"]) for r in recs}
+    assert have == set(exp.points())
+    for r in recs:
+        mc, rc = exp.configs(r["stratum"], r["value"])
+        assert r["model_config"] == mc.__dict__ | {}
+        assert r["tokens"] == rc.steps * rc.batch_size * mc.block_size
