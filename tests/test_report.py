@@ -128,3 +128,10 @@ def test_chapter_tables_match_json():
         want = summary_table(exp, load_runs(exp_id, root),
                              TABLE_METRICS[exp_id])
         assert want in shown, exp_id
+
+
+def test_book_numbers_fresh():
+    """results/report/book_numbers.json equals what the executed notebooks
+    hold now (rerun `python tools/book_numbers.py` after re-executing)."""
+    import book_numbers
+    assert book_numbers.main(["--check"]) == 0
