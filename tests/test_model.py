@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import transformer.model as model_module
-from transformer import CausalSelfAttention, GPTConfig, gpt_param_count, softmax
+from transformer import (CausalSelfAttention, GPTConfig, gpt_param_count,
+                         softmax)
 from transformer.model import GPT
 
 POS = ["learned", "sinusoidal", "rope", "none"]
@@ -313,3 +314,13 @@ def test_bad_input():
         GPT(dict(vocab_size=3))
     # positions without a table have no length limit
     assert GPT(tiny(pos_encoding="rope"))(ids(1, 40, 13))[0].shape[1] == 40
+
+
+def test_config_is_frozen_and_replace_checks():
+    import dataclasses
+    cfg = tiny()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.n_head = 3
+    assert dataclasses.replace(cfg, n_head=4).head_dim == 2
+    with pytest.raises(ValueError, match="n_embd"):
+        dataclasses.replace(cfg, n_head=3)

@@ -147,3 +147,12 @@ def test_chapter_code_lines_fit_the_page():
                 long += [f"{path.name} cell {i}: {len(ln)} chars"
                          for ln in cell.source.splitlines() if len(ln) > 79]
     assert not long, "\n".join(long)
+
+
+def test_constants_and_entry_points_stay_in_their_module():
+    src = ["GPT_NAME = 1\nclass GPT: pass\ndef main(): pass\n"
+           "def train_main(): pass\ndef train(): pass\n"]
+    assert literate.constant_names(src) == {"GPT_NAME"}
+    ch = literate.Chapter(ROOT / "chapters" / "x.md", "x", src)
+    init = literate.render_init([ch])
+    assert "from .x import GPT, train  # noqa: F401" in init

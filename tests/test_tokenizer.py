@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 from transformer import BPETokenizer, load_corpus
 from transformer.tokenizer import END_OF_TEXT, GPT2_PATTERN, merge_pair
 
+import literate  # tools/, on sys.path via the root conftest.py
+
 TRICKY = [
     "", "a", " ", "\x00", "a\x00b", "\r\n", "line\r\nline\r\n\r\n",
     " " * 300, "\t\t \n \u3000\u00a0 x", "\n" * 50 + "y",
@@ -31,22 +33,9 @@ TEXTS = st.lists(st.text(ANY_CHAR, max_size=12) | PIECES,
                  max_size=12).map("".join)
 
 
-def bpe_train_teaching(text, vocab_size, pattern=None):
-    """The chapter's teaching version, copied: recount after every merge."""
-    chunks = [text] if pattern is None else regex.findall(pattern, text)
-    seqs = [list(c.encode("utf-8", "surrogatepass")) for c in chunks]
-    merges = []
-    for new_id in range(256, vocab_size):
-        counts = {}
-        for ids in seqs:
-            for pair in zip(ids, ids[1:]):
-                counts[pair] = counts.get(pair, 0) + 1
-        if not counts:
-            break
-        best = max(counts, key=lambda p: (counts[p], -p[0], -p[1]))
-        seqs = [merge_pair(ids, best, new_id) for ids in seqs]
-        merges.append(best)
-    return merges
+# the chapter's teaching version, loaded from its source (never copied)
+bpe_train_teaching = literate.chapter_definition("03_tokenizer",
+                                                 "bpe_train_teaching")
 
 
 def tiktoken_from(tok):
@@ -289,6 +278,8 @@ def test_bad_input(tmp_path, small):
         (lambda: small.decode([small.vocab_size]), "ids"),
         (lambda: small.decode(["a"]), "ids"),
         (lambda: small.decode("abc"), "ids"),
+        (lambda: small.decode(b"abc"), "ids"),
+        (lambda: small.decode(None), "ids"),
         (lambda: small.decode([1], errors="ignore"), "errors"),
         (lambda: BPETokenizer([(1, 256)]), "merges"),
         (lambda: BPETokenizer.load(tmp_path / "missing.bpe"), "path"),
@@ -296,3 +287,23 @@ def test_bad_input(tmp_path, small):
     for call, name in cases:
         with pytest.raises(ValueError, match=name):
             call()
+
+
+def test_mutations_are_caught(small):
+    """The broken variants the tests above guard against really differ."""
+    # ties to the *largest* pair instead of the smallest
+    text = "cdab cdab"
+    chunks = [list(c.encode()) for c in regex.findall(GPT2_PATTERN, text)]
+    counts = {}
+    for ids in chunks:
+        for pair in zip(ids, ids[1:]):
+            counts[pair] = counts.get(pair, 0) + 1
+    wrong = max(counts, key=lambda p: (counts[p], p))
+    right = BPETokenizer.train(text, 257, special_tokens=()).merges[0]
+    assert wrong != right == (97, 98)
+    # replaying merges newest-first instead of in training order
+    s = "Is't not enough, young man, that I did never?"
+    ids = list(s.encode())
+    for k in reversed(range(len(small.merges))):
+        ids = merge_pair(ids, small.merges[k], 256 + k)
+    assert ids != small.encode(s) == tiktoken_from(small).encode_ordinary(s)

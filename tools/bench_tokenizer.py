@@ -41,6 +41,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
 
 import regex  # noqa: E402
 import tiktoken  # noqa: E402
@@ -49,27 +50,16 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers  # noqa
 from tokenizers import trainers  # noqa: E402
 
 from transformer import BPETokenizer, load_corpus, train_val_split  # noqa
-from transformer.tokenizer import END_OF_TEXT, GPT2_PATTERN, merge_pair  # noqa
+from transformer.tokenizer import END_OF_TEXT, GPT2_PATTERN  # noqa: E402
+import literate  # noqa: E402
 
 OUT = ROOT / "results" / "tokenizer"
 
 
 # -- the chapter's teaching version (kept in sync with chapters/03_...md) ----
-def bpe_train_teaching(text, vocab_size, pattern=None):
-    chunks = [text] if pattern is None else regex.findall(pattern, text)
-    seqs = [list(c.encode("utf-8", "surrogatepass")) for c in chunks]
-    merges = []
-    for new_id in range(256, vocab_size):
-        counts = {}
-        for ids in seqs:
-            for pair in zip(ids, ids[1:]):
-                counts[pair] = counts.get(pair, 0) + 1
-        if not counts:
-            break
-        best = max(counts, key=lambda p: (counts[p], -p[0], -p[1]))
-        seqs = [merge_pair(ids, best, new_id) for ids in seqs]
-        merges.append(best)
-    return merges
+# the chapter's teaching version, loaded from its source (never copied)
+bpe_train_teaching = literate.chapter_definition("03_tokenizer",
+                                                 "bpe_train_teaching")
 
 
 # -- helpers ------------------------------------------------------------------
@@ -186,12 +176,13 @@ def meta(corpus):
     }
 
 
-# -- the three measurements -----------------------------------------------------
+# -- the three measurements ---------------------------------------------
 def compression(corpus, sizes):
     train_text, val_text = train_val_split(corpus)
     n_lines = {"train": train_text.count("\n") + 1,
                "val": val_text.count("\n") + 1}
-    n_bytes = {"train": len(train_text.encode()), "val": len(val_text.encode())}
+    n_bytes = {"train": len(train_text.encode()),
+               "val": len(val_text.encode())}
     rows = []
     for V in sizes:
         load0 = loadavg()

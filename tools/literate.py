@@ -12,6 +12,9 @@ Directives (first lines of a code cell, nbdev style):
     #| default_exp NAME   the chapter exports into transformer/NAME.py
     #| export             this cell goes into that module
 
+A chapter that exports a module named `cli` also gets `transformer/__main__.py`,
+two lines that run `transformer.cli.main` for `python -m transformer`.
+
 `tests/test_pipeline.py` calls the same functions, so `pytest` fails when a
 generated file is stale and says which command regenerates it.
 """
@@ -118,6 +121,19 @@ def public_names(sources: list[str]) -> list[str]:
     return names
 
 
+def constant_names(sources: list[str]) -> set[str]:
+    """ALL_CAPS names bound by assignment (GPT, a class, is not one)."""
+    found = set()
+    for src in sources:
+        for node in ast.parse(src).body:
+            targets = (node.targets if isinstance(node, ast.Assign) else
+                       [node.target] if isinstance(node, ast.AnnAssign)
+                       else [])
+            found |= {t.id for t in targets
+                      if isinstance(t, ast.Name) and t.id.isupper()}
+    return found
+
+
 def render_module(ch: Chapter) -> str:
     names = public_names(ch.cells)
     head = BANNER.format(source=ch.rel)
@@ -136,10 +152,13 @@ def render_init(chapters: list[Chapter]) -> str:
            'module\'s banner; `help(name)` points to the section."""\n']
     exported: list[str] = []
     for ch in chapters:
-        if not ch.module or ch.module.startswith("_"):
+        if not ch.module or ch.module.startswith("_") or ch.module == "cli":
             continue
-        # constants (ALL_CAPS) stay in their module's namespace
-        names = [n for n in public_names(ch.cells) if not n.isupper()]
+        # constants (ALL_CAPS) and command entry points (main, train_main)
+        # stay in their module's namespace
+        consts = constant_names(ch.cells)
+        names = [n for n in public_names(ch.cells) if n not in consts
+                 and n != "main" and not n.endswith("_main")]
         if names:
             joined = ", ".join(names)
             out.append(f"from .{ch.module} import {joined}  # noqa: F401\n"
@@ -166,6 +185,10 @@ def expected_package() -> dict[Path, str]:
         owner[ch.module] = ch.rel
         files[PACKAGE / f"{ch.module}.py"] = render_module(ch)
     files[PACKAGE / "__init__.py"] = render_init(chapters)
+    if "cli" in owner:  # `python -m transformer` runs transformer.cli.main
+        files[PACKAGE / "__main__.py"] = (
+            BANNER.format(source=owner["cli"])
+            + "from transformer.cli import main\n\nraise SystemExit(main())\n")
     return files
 
 
@@ -205,6 +228,32 @@ def export(check: bool = False) -> int:
             path.write_text(text)
             print(f"wrote {path.relative_to(ROOT)}")
     return 0
+
+
+def chapter_definition(chapter: str, name: str):
+    """A teaching definition that lives only in a chapter (never exported),
+    loaded from the chapter's source so that tests and tools hold no copy.
+
+    Runs the one code cell that defines `name` at top level, in a namespace
+    holding the chapter's own exported module, and returns the object."""
+    import importlib
+
+    path = CHAPTERS / f"{chapter}.md"
+    ch = parse_chapter(path)
+    namespace: dict = {}
+    if ch.module:
+        namespace.update(vars(importlib.import_module(
+            f"transformer.{ch.module}")))
+    for cell in read_chapter(path).cells:
+        if cell.cell_type != "code":
+            continue
+        body = directives(cell.source)[1]
+        defined = [n.name for n in ast.parse(body).body
+                   if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
+        if name in defined:
+            exec(compile(body, f"{path.name}:{name}", "exec"), namespace)
+            return namespace[name]
+    raise LookupError(f"{path.relative_to(ROOT)} defines no {name!r}")
 
 
 # ---------------------------------------------------------------- notebooks

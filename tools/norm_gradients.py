@@ -6,7 +6,7 @@ Run from the repository root:
 
     .venv/bin/python tools/norm_gradients.py
 
-Takes about 40 s on 2 cores. Writes results/norm_gradients/grad_norms.json.
+Takes about 15 s on one thread. Writes results/norm_gradients/grad_norms.json.
 """
 from __future__ import annotations
 
@@ -37,7 +37,8 @@ def unit_init(model: nn.Module) -> None:
     embeddings N(0, 1), so every residual branch starts at size O(1)."""
     for mod in model.modules():
         if isinstance(mod, nn.Linear):
-            nn.init.normal_(mod.weight, 0.0, 1.0 / math.sqrt(mod.in_features))
+            std = 1.0 / math.sqrt(mod.in_features)
+            nn.init.normal_(mod.weight, 0.0, std)
         elif isinstance(mod, nn.Embedding):
             nn.init.normal_(mod.weight, 0.0, 1.0)
 

@@ -24,7 +24,9 @@ from .model import (  # noqa: F401
     RMSNorm,
     gelu_tanh,
     CausalSelfAttention,
+    MLP,
     Block,
+    GPT,
 )
 from .baseline import (  # noqa: F401
     token_stream,
@@ -36,6 +38,17 @@ from .baseline import (  # noqa: F401
     compressed_bits_per_byte,
 )
 from .optim import AdamW, lr_at, clip_grad_norm  # noqa: F401
+from .training import (  # noqa: F401
+    TrainConfig,
+    evaluate,
+    save_checkpoint,
+    load_checkpoint,
+    model_from_checkpoint,
+    train,
+    sample_ids,
+    configs_from,
+    init_model,
+)
 from .cost_model import (  # noqa: F401
     ModelShape,
     model_shape,
@@ -50,9 +63,16 @@ from .cost_model import (  # noqa: F401
     kv_crossover_length,
     cost_table,
     format_cost_table,
-    main,
     attention_timing_parts,
 )
+from .sampling import (  # noqa: F401
+    top_k_filter,
+    top_p_filter,
+    next_token_probs,
+    sample_next,
+    beam_search,
+)
+from .kv_cache import KVCache, make_caches, generate  # noqa: F401
 from .stats import (  # noqa: F401
     mean_sd,
     normal_cdf,
@@ -78,7 +98,6 @@ from .experiments import (  # noqa: F401
     load_runs,
     summary_rows,
     summary_table,
-    main,
 )
 from .bench import (  # noqa: F401
     quantile,
@@ -117,7 +136,9 @@ __all__ = [
     "RMSNorm",
     "gelu_tanh",
     "CausalSelfAttention",
+    "MLP",
     "Block",
+    "GPT",
     "token_stream",
     "get_batch",
     "unigram_loss",
@@ -128,6 +149,15 @@ __all__ = [
     "AdamW",
     "lr_at",
     "clip_grad_norm",
+    "TrainConfig",
+    "evaluate",
+    "save_checkpoint",
+    "load_checkpoint",
+    "model_from_checkpoint",
+    "train",
+    "sample_ids",
+    "configs_from",
+    "init_model",
     "ModelShape",
     "model_shape",
     "param_breakdown",
@@ -141,8 +171,15 @@ __all__ = [
     "kv_crossover_length",
     "cost_table",
     "format_cost_table",
-    "main",
     "attention_timing_parts",
+    "top_k_filter",
+    "top_p_filter",
+    "next_token_probs",
+    "sample_next",
+    "beam_search",
+    "KVCache",
+    "make_caches",
+    "generate",
     "mean_sd",
     "normal_cdf",
     "normal_quantile",
@@ -165,7 +202,6 @@ __all__ = [
     "load_runs",
     "summary_rows",
     "summary_table",
-    "main",
     "quantile",
     "median_ci",
     "latency_summary",

@@ -29,23 +29,13 @@ from typing import Callable, Sequence
 
 import torch
 
+from transformer.stats import _as_values, _check_level
+
 
 def _as_samples(samples, name: str = "samples") -> list[float]:
-    try:
-        xs = [float(x) for x in samples]
-    except (TypeError, ValueError):
-        raise ValueError(f"{name}: expected a sequence of numbers, "
-                         f"got {type(samples).__name__}") from None
-    if not xs:
-        raise ValueError(f"{name}: expected at least one sample, got none")
-    if not all(math.isfinite(x) for x in xs):
-        raise ValueError(f"{name}: expected finite numbers, got a nan/inf")
-    return xs
-
-
-def _check_level(level: float) -> None:
-    if not isinstance(level, (int, float)) or not 0.0 < level < 1.0:
-        raise ValueError(f"level: expected a number in (0, 1), got {level!r}")
+    # the same validation as the error-bar chapter's, where a single
+    # timing is already a (poor) sample
+    return _as_values(samples, name, least=1)
 
 
 def quantile(samples: Sequence[float], q: float) -> float:

@@ -30,13 +30,16 @@ _NORM_POSITIONS = ("pre", "post")
 _POS_ENCODINGS = ("learned", "sinusoidal", "rope", "none")
 
 
-@dataclass
+@dataclass(frozen=True)
 class GPTConfig:
-    """Every hyperparameter of the model, checked at construction.
+    """Every hyperparameter of the model, checked at construction; frozen,
+    so a variant is made with dataclasses.replace (which checks again).
 
     The defaults express GPT-2 exactly (pre-norm LayerNorm with eps 1e-5,
-    learned positions, tanh-GELU, biases, tied embeddings). Derived in
-    chapter "Multi-head attention, the block and the GPT model"."""
+    learned positions, tanh-GELU, biases, tied embeddings). `dropout`
+    applies to the embeddings and to the output of every residual branch,
+    not to the attention weights. Derived in chapter "Multi-head
+    attention, the block and the GPT model"."""
     vocab_size: int
     block_size: int
     n_layer: int
@@ -106,8 +109,9 @@ class GPTConfig:
 
 
 def gpt_param_count(config: GPTConfig) -> int:
-    """Parameters of GPT(config), by the formula of the chapter section
-    "Counting parameters" (tied weights counted once)."""
+    """Parameters of GPT(config), tied weights counted once, by the formula
+    of chapter "Multi-head attention, the block and the GPT model", section
+    "Counting parameters"."""
     D, V, L, F = (config.n_embd, config.vocab_size, config.n_layer,
                   config.ffn_dim)
     b = int(config.bias)
@@ -166,8 +170,9 @@ def _make_norm(config: GPTConfig) -> nn.Module:
 
 
 def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
-    """GELU, tanh approximation (GPT-2's "gelu_new"). Section
-    "The feed-forward layer"."""
+    """GELU, tanh approximation (GPT-2's "gelu_new"), elementwise. Derived
+    in chapter "Multi-head attention, the block and the GPT model",
+    section "The feed-forward layer"."""
     c = math.sqrt(2.0 / math.pi)
     return 0.5 * x * (1.0 + torch.tanh(c * (x + 0.044715 * x ** 3)))
 
@@ -181,7 +186,8 @@ class CausalSelfAttention(nn.Module):
     update(k, v) -> (k_all, v_all) taking this call's keys and values
     (B, H, T, Dh) and returning every cached one (B, H, S, Dh), oldest
     first, ending with these; the T queries are the last T of the S
-    positions. Section "Multi-head attention"."""
+    positions. Derived in chapter "Multi-head attention, the block and the
+    GPT model", section "Multi-head attention"."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
@@ -203,7 +209,8 @@ class CausalSelfAttention(nn.Module):
         k = k.view(B, T, H, Dh).transpose(1, 2)  # (B, H, T, Dh)
         v = v.view(B, T, H, Dh).transpose(1, 2)  # (B, H, T, Dh)
         if self.rope:  # queries and keys only, never values
-            pos = torch.arange(start_pos, start_pos + T, device=x.device)
+            pos = torch.arange(start_pos, start_pos + T,
+                               device=x.device)  # (T,)
             q = apply_rope(q, pos, self.rope_base)  # (B, H, T, Dh)
             k = apply_rope(k, pos, self.rope_base)  # (B, H, T, Dh)
         if cache is not None:
@@ -217,8 +224,9 @@ class CausalSelfAttention(nn.Module):
 
 class MLP(nn.Module):
     """Position-wise feed-forward layer: D -> ffn_mult·D -> D with
-    tanh-GELU. Shapes: (B, T, D) -> (B, T, D). Section "The feed-forward
-    layer"."""
+    tanh-GELU. Shapes: (B, T, D) -> (B, T, D). Derived in chapter
+    "Multi-head attention, the block and the GPT model", section "The
+    feed-forward layer"."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
@@ -235,7 +243,9 @@ class MLP(nn.Module):
 class Block(nn.Module):
     """One Transformer block, pre-norm x + Attn(Norm(x)), x + FFN(Norm(x))
     or post-norm Norm(x + Attn(x)), Norm(x + FFN(x)). Shapes:
-    (B, T, D) -> (B, T, D). Section "The block: pre-norm and post-norm"."""
+    (B, T, D) -> (B, T, D). Derived in chapter "Multi-head attention, the
+    block and the GPT model", section "The block: pre-norm and
+    post-norm"."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
@@ -260,7 +270,8 @@ class GPT(nn.Module):
     model(idx (B, T) int64, targets=None) -> (logits (B, T, V), loss or
     None); loss is the mean cross-entropy in nats. Optional start_pos and
     caches (one per block, see CausalSelfAttention) serve incremental
-    decoding. Section "The full model"."""
+    decoding. Derived in chapter "Multi-head attention, the block and the
+    GPT model", section "The full model"."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
@@ -306,8 +317,8 @@ class GPT(nn.Module):
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,
                 start_pos: int = 0, caches=None):
         cfg = self.config
-        if not isinstance(idx, torch.Tensor) or idx.dtype != torch.int64 \
-                or idx.dim() != 2:
+        if (not isinstance(idx, torch.Tensor) or idx.dtype != torch.int64
+                or idx.dim() != 2):
             raise ValueError("idx: expected an int64 tensor of shape (B, T)")
         B, T = idx.shape
         if idx.numel() and (idx.min() < 0 or idx.max() >= cfg.vocab_size):
@@ -323,7 +334,8 @@ class GPT(nn.Module):
                              f"({cfg.n_layer}), got {len(caches)}")
         x = self.wte(idx)  # (B, T, D)
         if cfg.pos_encoding == "learned":
-            pos = torch.arange(start_pos, start_pos + T, device=idx.device)
+            pos = torch.arange(start_pos, start_pos + T,
+                               device=idx.device)  # (T,)
             x = x + self.wpe(pos)  # (B, T, D) + (T, D)
         elif cfg.pos_encoding == "sinusoidal":
             x = x + sinusoidal_encoding(T, cfg.n_embd, offset=start_pos,
@@ -339,7 +351,8 @@ class GPT(nn.Module):
     def from_hf_gpt2(cls, hf_model) -> "GPT":
         """Build this model from a Hugging Face GPT2LMHeadModel, copying its
         weights. HF's Conv1D stores (in, out), the transpose of nn.Linear's
-        (out, in). Section "Loading GPT-2"."""
+        (out, in). Derived in chapter "Multi-head attention, the block and
+        the GPT model", section "Loading GPT-2"."""
         c = hf_model.config
         act = getattr(c, "activation_function", None)
         if act not in ("gelu_new", "gelu_pytorch_tanh"):

@@ -60,7 +60,8 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor,
     _check_width(x.shape[-1], "x.shape[-1] (Dh)")
     if not base > 0:
         raise ValueError(f"base: expected > 0, got {base!r}")
-    if not isinstance(positions, torch.Tensor) or positions.is_floating_point():
+    if (not isinstance(positions, torch.Tensor)
+            or positions.is_floating_point()):
         raise ValueError("positions: expected an integer tensor of positions")
     try:
         torch.broadcast_shapes(positions.shape, x.shape[:-1])
@@ -70,10 +71,12 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor,
                          f"{tuple(x.shape[:-1])}, got "
                          f"{tuple(positions.shape)}") from None
     inv_freq = _inv_freq(x.shape[-1], base).to(x.device)  # (Dh/2,)
+    # (..., T, 1) * (Dh/2,) -> (..., T, Dh/2), in float64
     angles = positions.to(torch.float64).unsqueeze(-1) * inv_freq
     cos = angles.cos().to(x.dtype)  # (..., T, Dh/2)
     sin = angles.sin().to(x.dtype)  # (..., T, Dh/2)
     x_even, x_odd = x[..., 0::2], x[..., 1::2]  # (..., T, Dh/2) each
     out = torch.stack([x_even * cos - x_odd * sin,
-                       x_even * sin + x_odd * cos], dim=-1)  # (..., T, Dh/2, 2)
+                       x_even * sin + x_odd * cos],
+                      dim=-1)  # (..., T, Dh/2, 2)
     return out.flatten(-2)  # (..., T, Dh), pairs back in place

@@ -195,8 +195,10 @@ class BPETokenizer:
     special tokens come last. Exactly reversible for every str and bytes.
 
     Build one with `BPETokenizer.train(text, vocab_size)` or
-    `BPETokenizer.load(path)`. Derived in chapter "Tokenization: byte-level
-    BPE" (moves 1-7, sections "Pre-tokenization" and "Special tokens")."""
+    `BPETokenizer.load(path)`. pattern=None (plain byte-level BPE) makes the
+    whole text one chunk: fine for short texts, quadratic in long ones.
+    Derived in chapter "Tokenization: byte-level BPE" (moves 1-7, sections
+    "Pre-tokenization" and "Special tokens")."""
 
     def __init__(self, merges, pattern=GPT2_PATTERN, special_tokens=()):
         self.merges = []
@@ -368,14 +370,15 @@ class BPETokenizer:
         move 6."""
         if hasattr(ids, "tolist"):  # a tensor or an array of ids
             ids = ids.tolist()
+        if isinstance(ids, (str, bytes, bytearray)) or not hasattr(
+                ids, "__iter__"):
+            raise ValueError(f"ids: expected a sequence of int, got "
+                             f"{type(ids).__name__}")
         vocab = self.vocab
         try:
             return b"".join([vocab[i] for i in ids])
         except (KeyError, TypeError):
             pass
-        if isinstance(ids, (str, bytes)):
-            raise ValueError(f"ids: expected a sequence of int, got "
-                             f"{type(ids).__name__}")
         for pos, i in enumerate(ids):
             if type(i) is not int or i not in vocab:
                 raise ValueError(f"ids: element {pos} is {i!r}, expected an "

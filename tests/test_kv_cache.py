@@ -1,0 +1,163 @@
+"""The KV cache (chapter 12_kv_cache): cached decoding equals full
+recompute for every positional encoding, the cache's bytes equal the
+derived formula exactly, and Hugging Face GPT-2 with its own cache is an
+oracle for the tokens."""
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+import transformer  # noqa: F401  (attaches GPT.generate)
+from transformer.cost_model import kv_cache_bytes
+from transformer.kv_cache import KVCache, generate, make_caches
+from transformer.model import GPT, GPTConfig
+
+ENCODINGS = ("learned", "sinusoidal", "rope", "none")
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Toy models are all per-call overhead: one thread avoids spin-waits
+    on a shared machine. Restored after each test."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def tiny(pos_encoding="learned", **kw):
+    torch.manual_seed(0)
+    cfg = dict(vocab_size=61, block_size=48, n_layer=2, n_head=2, n_embd=16,
+               pos_encoding=pos_encoding)
+    cfg.update(kw)
+    return GPT(GPTConfig(**cfg)).eval()
+
+
+@pytest.mark.parametrize("pos_encoding", ENCODINGS)
+@pytest.mark.parametrize("norm_position", ("pre", "post"))
+def test_cached_logits_equal_full_recompute(pos_encoding, norm_position):
+    model = tiny(pos_encoding, norm_position=norm_position)
+    g = torch.Generator().manual_seed(1)
+    idx = torch.randint(0, 61, (3, 40), generator=g)  # (B, T)
+    with torch.no_grad():
+        full, _ = model(idx)  # (B, T, V)
+        caches = make_caches(model, 3, 40)
+        parts = [model(idx[:, :7], caches=caches)[0]]  # prefill 7
+        for t in range(7, 40):  # then one token at a time
+            parts.append(model(idx[:, t:t + 1], start_pos=t,
+                               caches=caches)[0])
+    inc = torch.cat(parts, dim=1)  # (B, T, V)
+    torch.testing.assert_close(inc, full, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("pos_encoding", ENCODINGS)
+def test_cached_greedy_tokens_identical(pos_encoding):
+    model = tiny(pos_encoding)
+    idx = torch.randint(0, 61, (2, 5),
+                        generator=torch.Generator().manual_seed(2))
+    a = model.generate(idx, 40, temperature=0, use_cache=True)
+    b = model.generate(idx, 40, temperature=0, use_cache=False)
+    assert torch.equal(a, b)
+    assert torch.equal(a[:, :5], idx) and a.shape == (2, 45)
+
+
+@pytest.mark.parametrize("pos_encoding", ENCODINGS)
+def test_cached_sampling_identical_with_same_seed(pos_encoding):
+    model = tiny(pos_encoding)
+    idx = torch.randint(0, 61, (2, 3),
+                        generator=torch.Generator().manual_seed(3))
+    kw = dict(temperature=0.9, top_k=20, top_p=0.95)
+    a = model.generate(idx, 30, use_cache=True,
+                       generator=torch.Generator().manual_seed(4), **kw)
+    b = model.generate(idx, 30, use_cache=False,
+                       generator=torch.Generator().manual_seed(4), **kw)
+    assert torch.equal(a, b)
+
+
+def test_forgetful_cache_is_caught():
+    """Mutation check: a cache that returns only the new keys and values
+    (attending to the current token alone) must break the equality."""
+
+    class Forgetful:
+        def update(self, k, v):
+            return k, v
+
+    model = tiny()
+    idx = torch.randint(0, 61, (1, 20),
+                        generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        full, _ = model(idx)  # (1, T, V)
+        caches = [Forgetful() for _ in range(2)]
+        inc = torch.cat([model(idx[:, t:t + 1], start_pos=t,
+                               caches=caches)[0] for t in range(20)], 1)
+    assert (inc - full).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("B,T", [(1, 1), (1, 17), (3, 40)])
+def test_cache_bytes_equal_derived_formula(B, T):
+    model = tiny()
+    caches = make_caches(model, B, T)
+    with torch.no_grad():
+        model(torch.zeros(B, T, dtype=torch.int64), caches=caches)
+    measured = sum(c.nbytes for c in caches)
+    assert measured == kv_cache_bytes(T, B, model.config, bytes_per=4)
+    assert all(c.length == T for c in caches)
+    half = make_caches(model.to(torch.float64), B, T)
+    assert sum(c.nbytes for c in half) == kv_cache_bytes(
+        T, B, model.config, bytes_per=8)
+
+
+def test_matches_hugging_face_gpt2_with_its_cache():
+    torch.manual_seed(0)
+    hf = GPT2LMHeadModel(GPT2Config(
+        vocab_size=97, n_positions=64, n_embd=32, n_layer=2, n_head=4,
+        activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0,
+        attn_pdrop=0.0)).eval()
+    ours = GPT.from_hf_gpt2(hf).eval()
+    idx = torch.randint(0, 97, (1, 6),
+                        generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        ref = hf.generate(idx, max_new_tokens=30, do_sample=False,
+                          use_cache=True, pad_token_id=0,
+                          attention_mask=torch.ones_like(idx))
+    got = ours.generate(idx, 30, temperature=0)
+    assert torch.equal(got, ref)
+
+
+def test_cache_rejects_bad_updates():
+    c = KVCache(1, 2, 4, 8)
+    k = torch.zeros(1, 2, 3, 8)  # (B, H, T, Dh)
+    c.update(k, k)
+    with pytest.raises(ValueError, match="overflow"):
+        c.update(k, k)
+    with pytest.raises(ValueError, match="k, v"):
+        KVCache(1, 2, 4, 8).update(torch.zeros(1, 3, 1, 8),
+                                   torch.zeros(1, 3, 1, 8))
+    with pytest.raises(ValueError, match="max_len"):
+        KVCache(1, 2, 0, 8)
+
+
+def test_generate_rejects_bad_arguments():
+    model = tiny()
+    idx = torch.zeros(1, 3, dtype=torch.int64)
+    cases = [
+        (dict(idx=torch.zeros(1, 49, dtype=torch.int64)), "idx"),
+        (dict(max_new_tokens=46), "max_new_tokens"),
+        (dict(max_new_tokens=-1), "max_new_tokens"),
+        (dict(temperature=-0.5), "temperature"),
+        (dict(top_k=0), "top_k"),
+        (dict(top_p=0.0), "top_p"),
+        (dict(top_p=1.5), "top_p"),
+        (dict(idx=idx.float()), "idx"),
+        (dict(use_cache=1), "use_cache"),
+    ]
+    for kw, name in cases:
+        args = dict(idx=idx, max_new_tokens=4)
+        args.update(kw)
+        with pytest.raises(ValueError, match=name):
+            generate(model, **args)
+
+
+def test_zero_new_tokens_returns_prompt():
+    model = tiny()
+    idx = torch.arange(5)[None]  # (1, 5)
+    assert torch.equal(model.generate(idx, 0), idx)

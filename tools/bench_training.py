@@ -1,0 +1,192 @@
+"""Training throughput: the book's GPT against Hugging Face GPT-2, same shape.
+
+    python tools/bench_training.py [--threads 1] [--repeat 8]
+
+For each shape (the issue's two: 4 layers x width 128 at batch 16 x 256, and
+6 layers x width 384 at batch 8 x 256, vocabulary 1024), times one full
+training step (forward, backward, clip, AdamW update) of three
+implementations interleaved round by round, in a rotating order: ours
+(transformer.GPT + transformer.AdamW + clip_grad_norm), HF GPT2LMHeadModel
+with attn_implementation "sdpa" and with "eager" (each + torch.optim.AdamW +
+torch's clip_grad_norm_). It also measures the float32 matmul peak at the
+same thread count and reports model-FLOPs utilisation (MFU): training FLOPs
+(3 x the forward matmul FLOPs of transformer.cost_model.forward_flops, full
+score matrix counted for every implementation) per second over that peak.
+Writes results/training/bench_training.json. Chapter "Training", section
+"Performance".
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from transformer.bench import (environment, latency_summary,  # noqa: E402
+                               ratio_of_medians_ci, write_json)
+from transformer.cost_model import forward_flops  # noqa: E402
+from transformer.model import GPT, GPTConfig  # noqa: E402
+from transformer.optim import AdamW, clip_grad_norm  # noqa: E402
+
+SHAPES = {
+    "tiny": dict(n_layer=4, n_head=4, n_embd=128, B=16, T=256),
+    "small": dict(n_layer=6, n_head=6, n_embd=384, B=8, T=256),
+}
+V = 1024
+# the issue's reference points for HF GPT-2 on this kind of machine
+REFERENCE = {"tiny": {"sdpa_tokens_per_s": 15000, "sdpa_mfu": 0.59,
+                      "eager_tokens_per_s": 12800},
+             "small": {"sdpa_tokens_per_s": 1960, "sdpa_mfu": 0.78},
+             "peak_gflops": 185}
+
+
+def matmul_peak(threads: int, n: int = 1024, repeat: int = 15) -> dict:
+    """float32 (n, n) @ (n, n): FLOP/s per sample; the peak is the best."""
+    a = torch.randn(n, n)  # (n, n)
+    b = torch.randn(n, n)  # (n, n)
+    for _ in range(3):
+        a @ b
+    rates = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        a @ b
+        rates.append(2 * n ** 3 / (time.perf_counter() - t0))
+    rates.sort()
+    return {"n": n, "threads": threads, "flops_per_s": rates,
+            "peak_flops_per_s": rates[-1],
+            "median_flops_per_s": rates[len(rates) // 2]}
+
+
+def ours_step(shape: dict):
+    cfg = GPTConfig(vocab_size=V, block_size=shape["T"],
+                    n_layer=shape["n_layer"], n_head=shape["n_head"],
+                    n_embd=shape["n_embd"])
+    torch.manual_seed(0)
+    model = GPT(cfg)
+    opt = AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95),
+                weight_decay=0.1)
+    return _stepper(model, opt, lambda x, y: model(x, y)[1],
+                    lambda: clip_grad_norm(model.parameters(), 1.0), shape)
+
+
+def hf_step(shape: dict, attn: str):
+    from transformers import GPT2Config, GPT2LMHeadModel
+    cfg = GPT2Config(vocab_size=V, n_positions=shape["T"],
+                     n_embd=shape["n_embd"], n_layer=shape["n_layer"],
+                     n_head=shape["n_head"], resid_pdrop=0.0,
+                     embd_pdrop=0.0, attn_pdrop=0.0)
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel._from_config(cfg, attn_implementation=attn)
+    assert model.config._attn_implementation == attn
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95),
+                            weight_decay=0.1)
+
+    def loss_of(x, y):  # logits -> the same mean cross-entropy as ours
+        logits = model(input_ids=x).logits  # (B, T, V)
+        return torch.nn.functional.cross_entropy(logits.view(-1, V),
+                                                 y.view(-1))
+
+    return _stepper(model, opt, loss_of, lambda: torch.nn.utils.
+                    clip_grad_norm_(model.parameters(), 1.0), shape)
+
+
+def _stepper(model, opt, loss_of, clip, shape):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, V, (shape["B"], shape["T"]), generator=g)  # (B, T)
+    y = torch.randint(0, V, (shape["B"], shape["T"]), generator=g)  # (B, T)
+    model.train()
+
+    def step():
+        loss = loss_of(x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        clip()
+        opt.step()
+    return step
+
+
+def run_shape(name: str, shape: dict, repeat: int, warmup: int) -> dict:
+    impls = {"ours": ours_step(shape), "hf_sdpa": hf_step(shape, "sdpa"),
+             "hf_eager": hf_step(shape, "eager")}
+    names = list(impls)
+    for _ in range(warmup):
+        for fn in impls.values():
+            fn()
+    times = {k: [] for k in names}
+    gc.collect()
+    gc.disable()
+    try:
+        for r in range(repeat):
+            order = names[r % 3:] + names[:r % 3]  # rotate who goes first
+            for k in order:
+                t0 = time.perf_counter()
+                impls[k]()
+                times[k].append(time.perf_counter() - t0)
+    finally:
+        gc.enable()
+    tokens = shape["B"] * shape["T"]
+    cfg = dict(vocab_size=V, block_size=shape["T"], n_layer=shape["n_layer"],
+               n_head=shape["n_head"], n_embd=shape["n_embd"])
+    train_flops = 3 * forward_flops(shape["T"], shape["B"], cfg)["total"]
+    out = {"shape": shape, "tokens_per_step": tokens,
+           "train_flops_per_step": train_flops, "impls": {}}
+    for k in names:
+        s = latency_summary(times[k])
+        out["impls"][k] = {"samples_s": times[k], "summary": s,
+                           "tokens_per_s": tokens / s["p50"],
+                           "flops_per_s": train_flops / s["p50"]}
+    for k in ("hf_sdpa", "hf_eager"):
+        ratio, lo, hi = ratio_of_medians_ci(times[k], times["ours"])
+        # time(HF) / time(ours) = throughput(ours) / throughput(HF)
+        out[f"speed_vs_{k}"] = {"ratio": ratio, "ci": [lo, hi]}
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--repeat", type=int, default=8)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--shapes", nargs="*", default=list(SHAPES))
+    p.add_argument("--out", default=str(ROOT / "results" / "training"
+                                        / "bench_training.json"))
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    record = {"threads": args.threads, "repeat": args.repeat,
+              "reference": REFERENCE, "environment_before": environment()}
+    record["matmul_before"] = matmul_peak(args.threads)
+    record["shapes"] = {}
+    for name in args.shapes:
+        t0 = time.perf_counter()
+        record["shapes"][name] = run_shape(name, SHAPES[name], args.repeat,
+                                           args.warmup)
+        r = record["shapes"][name]
+        print(f"{name}: " + ", ".join(
+            f"{k} {v['tokens_per_s']:,.0f} tokens/s"
+            for k, v in r["impls"].items())
+            + f" ({time.perf_counter() - t0:.0f} s)", flush=True)
+    record["matmul_after"] = matmul_peak(args.threads)
+    peak = max(record["matmul_before"]["peak_flops_per_s"],
+               record["matmul_after"]["peak_flops_per_s"])
+    record["peak_flops_per_s"] = peak
+    for r in record["shapes"].values():
+        for v in r["impls"].values():
+            v["mfu"] = v["flops_per_s"] / peak
+    record["environment_after"] = environment()
+    record["loadavg"] = [record["environment_before"]["loadavg"],
+                         record["environment_after"]["loadavg"]]
+    print(f"matmul peak {peak / 1e9:.1f} GFLOP/s; wrote "
+          f"{write_json(record, args.out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,299 @@
+"""The training chapter's heavy runs; each writes results/training/NAME.json.
+
+    python tools/training_results.py e10        # ~5 min on 2 shared cores
+    python tools/training_results.py shuffled   # ~4 min
+    python tools/training_results.py bigram     # ~25 min (3 seeds)
+    # or one process per seed, then merge into bigram.json:
+    python tools/training_results.py bigram --seeds 0   # (and 1, 2)
+    python tools/training_results.py floor    # chapter 07's bound, ~30 s
+    python tools/training_results.py bigram-merge
+    python tools/training_results.py tiny       # the tiny preset, timed
+
+e10: the model of the `tiny` preset overfits the first 200 training tokens,
+correct and with two deliberate bugs (a detached residual update, a mask
+applied after the softmax). shuffled: the same model on i.i.d. uniform
+tokens, where ln V is the best possible held-out loss, correct and with the
+mask bug. bigram: the transformer against the counted bigram baseline on
+the whole validation stream, over three seeds. All runs use one thread.
+Chapter "Training"; the bugs are the chapter's teaching versions.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+import transformer.model as model_module  # noqa: E402
+from transformer.baseline import (bigram_counts, bigram_loss,  # noqa: E402
+                                  token_stream)
+from transformer.bench import environment  # noqa: E402
+from transformer.model import Block, GPTConfig  # noqa: E402
+from transformer.softmax import softmax  # noqa: E402
+from transformer.training import (PRESETS, TrainConfig,  # noqa: E402
+                                  configs_from, evaluate, init_model, train)
+
+OUT = ROOT / "results" / "training"
+ALPHA = 0.1  # the smoothing chapter 07's development set chose
+
+
+# ------------------------------------------------- the two deliberate bugs
+
+@contextlib.contextmanager
+def detached_residual():
+    """Bug 1: every block's update reaches the forward pass but not the
+    backward one, x + (block(x) - x).detach(): no block parameter learns."""
+    real = Block.forward
+
+    def forward(self, x, start_pos=0, cache=None):
+        out = real(self, x, start_pos, cache)  # (B, T, D)
+        return x + (out - x).detach()  # (B, T, D), same value
+    Block.forward = forward
+    try:
+        yield
+    finally:
+        Block.forward = real
+
+
+def attention_mask_after_softmax(q, k, v, mask=None, scale=None):
+    """Bug 2: normalise over every key, then zero the future ones."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = (q @ k.transpose(-2, -1)) * scale  # (B, H, T, S)
+    weights = softmax(scores)  # (B, H, T, S), future keys in the sum
+    if mask is not None:
+        weights = weights.masked_fill(~mask, 0.0)  # (B, H, T, S)
+    return weights @ v, weights  # (B, H, T, Dv)
+
+
+@contextlib.contextmanager
+def mask_after_softmax():
+    real = model_module.attention
+    model_module.attention = attention_mask_after_softmax
+    try:
+        yield
+    finally:
+        model_module.attention = real
+
+
+BUGS = {"correct": contextlib.nullcontext, "detached": detached_residual,
+        "mask_after_softmax": mask_after_softmax}
+
+
+def conditional_entropy(ids: torch.Tensor, V: int) -> float:
+    """H(next | current) of the empirical bigram of `ids` (nats): the least
+    loss of any predictor that sees only the current token."""
+    c = bigram_counts(ids, V).double()  # (V, V)
+    row = c.sum(1, keepdim=True)  # (V, 1)
+    p = torch.where(c > 0, c / row.clamp(min=1), torch.ones_like(c))
+    return -(c * p.log()).sum().item() / c.sum().item()
+
+
+def tiny_model_config() -> GPTConfig:
+    return configs_from("tiny")[0]
+
+
+# ------------------------------------------------------------------- runs
+
+def run_e10(args) -> dict:
+    _, train_ids, _ = token_stream(1024)
+    corpus = train_ids[:200].clone()  # (200,)
+    V = tiny_model_config().vocab_size
+    cfg = TrainConfig(steps=args.steps or 300, batch_size=8, lr=3e-3,
+                      min_lr=3e-3, warmup_steps=10, weight_decay=0.0,
+                      grad_clip=1.0, eval_interval=10, eval_batches=1,
+                      seq_len=64, seed=0)
+    out = {"corpus_tokens": len(corpus),
+           "distinct_tokens": int(corpus.unique().numel()),
+           "bigram_conditional_entropy": conditional_entropy(corpus, V),
+           "config": cfg.__dict__, "runs": {}}
+    for name, bug in BUGS.items():
+        t0 = time.perf_counter()
+        with bug():
+            model = init_model(tiny_model_config(), 0)
+            hist = train(model, corpus, corpus, cfg)
+            # the claim: loss over the whole 200-token corpus
+            final = evaluate(model, corpus, 64, 8, None)
+        out["runs"][name] = {
+            "train_loss": hist["train_loss"], "val_steps": hist["val_steps"],
+            "corpus_loss": hist["val_loss"], "final_corpus_loss": final,
+            "first_step_below_0.1": next(
+                (s for s, v in zip(hist["val_steps"], hist["val_loss"])
+                 if v < 0.1), None),
+            "wall_s": time.perf_counter() - t0}
+        print(f"e10 {name}: final corpus loss {final:.4f} "
+              f"({time.perf_counter() - t0:.0f} s)", flush=True)
+    return out
+
+
+def run_shuffled(args) -> dict:
+    V = tiny_model_config().vocab_size
+    g = torch.Generator().manual_seed(1234)
+    train_ids = torch.randint(0, V, (100_000,), generator=g)  # (N,)
+    val_ids = torch.randint(0, V, (50_000,), generator=g)  # (M,)
+    cfg = TrainConfig(steps=args.steps or 200, batch_size=8, lr=3e-3,
+                      min_lr=3e-4, warmup_steps=20, weight_decay=0.1,
+                      grad_clip=1.0, eval_interval=20, eval_batches=8,
+                      seq_len=64, seed=0)
+    out = {"V": V, "ln_V": math.log(V), "train_tokens": len(train_ids),
+           "config": cfg.__dict__, "runs": {}}
+    for name in ("correct", "mask_after_softmax"):
+        t0 = time.perf_counter()
+        with BUGS[name]():
+            model = init_model(tiny_model_config(), 0)
+            hist = train(model, train_ids, val_ids, cfg)
+            full = evaluate(model, val_ids, 64, 32, None)
+            # per-token losses, for the standard error of the estimate
+            model.eval()
+            n = (len(val_ids) - 1) // 64
+            with torch.no_grad():
+                logits, _ = model(val_ids[:n * 64].view(n, 64))  # (n, T, V)
+            logp = torch.log_softmax(logits.double(), -1)  # (n, T, V)
+            y = val_ids[1:n * 64 + 1].view(n, 64)  # (n, T)
+            per_token = -logp.gather(-1, y[..., None]).view(-1)  # (n T,)
+        out["runs"][name] = {
+            "train_loss": hist["train_loss"], "val_steps": hist["val_steps"],
+            "val_loss": hist["val_loss"], "final_val_loss": full,
+            "per_token_sd": per_token.std().item(),
+            "n_tokens": per_token.numel(),
+            "se": (per_token.std() / per_token.numel() ** 0.5).item(),
+            "wall_s": time.perf_counter() - t0}
+        print(f"shuffled {name}: val {full:.4f} vs ln V {math.log(V):.4f}",
+              flush=True)
+    return out
+
+
+def run_bigram(args) -> dict:
+    tok, train_ids, val_ids = token_stream(1024)
+    model_cfg, train_cfg = configs_from("tiny", args.set)
+    T = model_cfg.block_size
+    n = (len(val_ids) - 1) // T
+    counts = bigram_counts(train_ids, model_cfg.vocab_size)
+    # the bigram scored on exactly the targets the transformer is scored on
+    bigram = bigram_loss(counts, val_ids[:n * T + 1], ALPHA)
+    out = {"alpha": ALPHA, "bigram_val_loss": bigram, "val_targets": n * T,
+           "model_config": model_cfg.__dict__,
+           "train_config": train_cfg.__dict__, "seeds": {}}
+    for seed in args.seeds:
+        t0 = time.perf_counter()
+        cfg = TrainConfig(**{**train_cfg.__dict__, "seed": seed})
+        model = init_model(model_cfg, seed)
+        hist = train(model, train_ids, val_ids, cfg, callback=_report)
+        full = evaluate(model, val_ids, T, 32, None)
+        out["seeds"][str(seed)] = {
+            "train_loss": hist["train_loss"], "val_steps": hist["val_steps"],
+            "val_loss": hist["val_loss"], "full_val_loss": full,
+            "tokens_per_s": hist["tokens_per_s"],
+            "wall_s": time.perf_counter() - t0}
+        print(f"bigram seed {seed}: transformer {full:.4f} vs bigram "
+              f"{bigram:.4f} ({time.perf_counter() - t0:.0f} s)", flush=True)
+    return out
+
+
+def _report(step, hist):
+    if hist["val_steps"][-1] == step:
+        print(f"  step {step}: val {hist['val_loss'][-1]:.4f}", flush=True)
+
+
+def merge_bigram(args) -> dict:
+    """Combine bigram-SEED.json files (seeds run as separate processes)."""
+    parts = [json.loads((OUT / f"bigram-{s}.json").read_text())
+             for s in args.seeds]
+    out = {k: v for k, v in parts[0].items() if k != "seeds"}
+    out["seeds"] = {k: v for part in parts for k, v in part["seeds"].items()}
+    out["environment_per_seed"] = [part["environment"] for part in parts]
+    floor = json.loads((OUT / "floor.json").read_text())
+    out.update({k: floor[k] for k in ("floor_bits_per_byte",
+                                      "floor_nats_per_token")})
+    return out
+
+
+def run_floor(args) -> dict:
+    """Chapter 07's entropy-floor bound, xz(validation | training), in
+    nats per token of the book's tokenizer (bigram-merge reads it)."""
+    from transformer.baseline import compressed_bits_per_byte
+    from transformer.data import load_corpus, train_val_split
+    train_text, val_text = train_val_split(load_corpus())
+    _, _, val_ids = token_stream(1024)
+    bpb = compressed_bits_per_byte(val_text.encode(), train_text.encode())
+    bytes_per_token = len(val_text.encode()) / len(val_ids)
+    return {"floor_bits_per_byte": bpb, "bytes_per_token": bytes_per_token,
+            "floor_nats_per_token": bpb * math.log(2) * bytes_per_token}
+
+
+def run_preset_time(args) -> dict:
+    """CPU seconds per training step of each preset (one thread), and the
+    whole preset's CPU time extrapolated from it. On a shared machine CPU
+    time is the better estimate of the wall time on an idle one."""
+    tok, train_ids, val_ids = token_stream(1024)
+    out = {}
+    for name, steps in (("tiny", 8), ("small", 3)):
+        model_cfg, train_cfg = configs_from(name)
+        cfg = TrainConfig(**{**train_cfg.__dict__, "steps": steps,
+                             "warmup_steps": 1, "eval_batches": 1})
+        model = init_model(model_cfg, 0)
+        hist = train(model, train_ids, val_ids, cfg)
+        per_step = hist["cpu_s"] / steps  # includes one small evaluation
+        out[name] = {"steps_timed": steps, "cpu_s": hist["cpu_s"],
+                     "wall_s": hist["wall_s"], "cpu_s_per_step": per_step,
+                     "preset_steps": train_cfg.steps,
+                     "preset_cpu_minutes": per_step * train_cfg.steps / 60}
+        print(f"{name}: {per_step:.2f} CPU s/step -> "
+              f"{out[name]['preset_cpu_minutes']:.1f} CPU min", flush=True)
+    return out
+
+
+def run_tiny(args) -> dict:
+    """The `tiny` preset exactly as `python -m transformer train` runs it."""
+    tok, train_ids, val_ids = token_stream(1024)
+    model_cfg, train_cfg = configs_from("tiny")
+    t0 = time.perf_counter()
+    model = init_model(model_cfg, train_cfg.seed)
+    hist = train(model, train_ids, val_ids, train_cfg)
+    return {"preset": PRESETS["tiny"], "history": hist,
+            "wall_s": time.perf_counter() - t0}
+
+
+RUNS = {"e10": run_e10, "shuffled": run_shuffled, "bigram": run_bigram,
+        "bigram-merge": merge_bigram, "floor": run_floor, "preset-time": run_preset_time,
+        "tiny": run_tiny}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("run", choices=sorted(RUNS))
+    p.add_argument("--steps", type=int, default=None)
+    p.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2])
+    p.add_argument("--set", action="append", default=[],
+                   metavar="FIELD=VALUE", help="bigram: preset overrides")
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    env = environment()
+    t0 = time.perf_counter()
+    record = RUNS[args.run](args)
+    record.update(environment=env, wall_s_total=time.perf_counter() - t0,
+                  loadavg_end=list(os.getloadavg()))
+    OUT.mkdir(parents=True, exist_ok=True)
+    name = args.run
+    if name == "bigram" and len(args.seeds) == 1:  # one seed per process
+        name = f"bigram-{args.seeds[0]}"
+    elif name == "bigram-merge":
+        name = "bigram"
+    path = OUT / f"{name}.json"
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
