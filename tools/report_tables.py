@@ -90,7 +90,7 @@ def e6_init_table(root: Path = ROOT) -> str:
     exp = EXPERIMENTS["E6"]
     pts, seeds = _points("E6", root), exp.seeds
     lines = ["| depth | pre: first block | pre: last block | post: first "
-             "block | post: last block | pre / post, first block |",
+             "block | post: last block | pre / post, last block |",
              "|---|---|---|---|---|---|"]
     for L in exp.strata:
         row = {}
@@ -98,8 +98,8 @@ def e6_init_table(root: Path = ROOT) -> str:
             g = [pts[L, p][s]["init_grad_norms"] for s in seeds]
             row[p] = (summarize([x[0] for x in g]),
                       summarize([x[-1] for x in g]))
-        ratio = summarize([pts[L, "pre"][s]["init_grad_norms"][0]
-                           / pts[L, "post"][s]["init_grad_norms"][0]
+        ratio = summarize([pts[L, "pre"][s]["init_grad_norms"][-1]
+                           / pts[L, "post"][s]["init_grad_norms"][-1]
                            for s in seeds])
         lines.append(f"| {L} | {fmt(row['pre'][0], 4)} | "
                      f"{fmt(row['pre'][1], 4)} | {fmt(row['post'][0], 4)} | "
@@ -127,7 +127,7 @@ def brief_table(exp_id: str, root: Path = ROOT) -> str:
 
 TABLES = {"E4": e4_table, "E6": e6_table, "E6-init": e6_init_table,
           **{i: (lambda root=ROOT, i=i: brief_table(i, root))
-             for i in ("E2", "E3", "E5", "E7", "E8")}}
+             for i in ("E2", "E3", "E5", "E7", "E8", "E14")}}
 
 
 def complete(exp_id: str, root: Path = ROOT) -> bool:

@@ -184,8 +184,9 @@ def _git_commit() -> str:
 
 
 def _machine() -> dict:
-    return {"platform": platform.platform(), "python": platform.python_version(),
-            "torch": torch.__version__, "cpu_count": os.cpu_count(),
+    return {"platform": platform.platform(),
+            "python": platform.python_version(), "torch": torch.__version__,
+            "cpu_count": os.cpu_count(),
             "threads": torch.get_num_threads(),
             "loadavg": list(os.getloadavg())}
 
