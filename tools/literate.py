@@ -355,6 +355,10 @@ def record_execution(timings: dict[str, float]) -> None:
     STATUS_JSON.parent.mkdir(exist_ok=True)
     STATUS_JSON.write_text(json.dumps(data, indent=1) + "\n")
     STATUS_PAGE.write_text(render_status(data))
+    # REPORT.md quotes glued numbers through this file: keep it in step
+    import subprocess
+    subprocess.run([sys.executable, str(ROOT / "tools" / "book_numbers.py")],
+                   check=True)
 
 
 def render_status(data: dict) -> str:
