@@ -14,14 +14,8 @@ from transformer.model import GPT, GPTConfig
 ENCODINGS = ("learned", "sinusoidal", "rope", "none")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Toy models are all per-call overhead: one thread avoids spin-waits
-    on a shared machine. Restored after each test."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# toy models: one thread (the fixture is in tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny(pos_encoding="learned", **kw):

@@ -15,14 +15,8 @@ from transformer.sampling import (beam_search, next_token_probs,
 from transformer.softmax import log_softmax
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Toy models are all per-call overhead: one thread avoids spin-waits
-    on a shared machine. Restored after each test."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# toy models: one thread (the fixture is in tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny(V=61, block_size=32):
