@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import transformer.model as model_module
-from transformer import (CausalSelfAttention, GPTConfig, gpt_param_count,
-                         softmax)
+from transformer import (CausalSelfAttention, GPTConfig, causal_mask,
+                         gpt_param_count, kernels, softmax)
 from transformer.model import GPT
 
 POS = ["learned", "sinusoidal", "rope", "none"]
@@ -71,16 +71,25 @@ def test_causal_leak(pos, norm_position, norm):
 
 
 def test_mask_after_softmax_leaks(monkeypatch):
-    def attention_mask_after_softmax(q, k, v, mask=None):
-        w = softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]))
+    def attention_mask_after_softmax(q, k, v, mask=None, scale=None):
+        scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+        w = softmax(q @ k.transpose(-2, -1) * scale)
         w = w * mask if mask is not None else w
         return w @ v, w
 
-    cfg = tiny()
-    assert _no_leak(cfg)
+    def causal_mask_after_softmax(q, k, v, scale, block=64):
+        return attention_mask_after_softmax(
+            q, k, v, causal_mask(q.shape[2], k.shape[2]))[0]
+
+    for fused in (False, True):
+        cfg = tiny(fused=fused)
+        assert _no_leak(cfg)
     monkeypatch.setattr(model_module, "attention",
                         attention_mask_after_softmax)
-    assert not _no_leak(cfg)
+    monkeypatch.setattr(kernels, "causal_attention",
+                        causal_mask_after_softmax)
+    for fused in (False, True):
+        assert not _no_leak(tiny(fused=fused))
 
 
 def _grad_check(cfg, seed=0, eps=1e-6):

@@ -4,9 +4,11 @@
 
 For each shape (the issue's two: 4 layers x width 128 at batch 16 x 256, and
 6 layers x width 384 at batch 8 x 256, vocabulary 1024), times one full
-training step (forward, backward, clip, AdamW update) of three
+training step (forward, backward, clip, AdamW update) of four
 implementations interleaved round by round, in a rotating order: ours
-(transformer.GPT + transformer.AdamW + clip_grad_norm), HF GPT2LMHeadModel
+(transformer.GPT + transformer.AdamW + clip_grad_norm, with the fused
+kernels of chapter "Backward passes by hand"), ours_reference (the same
+with fused=False: the teaching code), HF GPT2LMHeadModel
 with attn_implementation "sdpa" and with "eager" (each + torch.optim.AdamW +
 torch's clip_grad_norm_). It also measures the float32 matmul peak at the
 same thread count and reports model-FLOPs utilisation (MFU): training FLOPs
@@ -65,10 +67,10 @@ def matmul_peak(threads: int, n: int = 1024, repeat: int = 15) -> dict:
             "median_flops_per_s": rates[len(rates) // 2]}
 
 
-def ours_step(shape: dict):
+def ours_step(shape: dict, fused: bool = True):
     cfg = GPTConfig(vocab_size=V, block_size=shape["T"],
                     n_layer=shape["n_layer"], n_head=shape["n_head"],
-                    n_embd=shape["n_embd"])
+                    n_embd=shape["n_embd"], fused=fused)
     torch.manual_seed(0)
     model = GPT(cfg)
     opt = AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95),
@@ -114,7 +116,9 @@ def _stepper(model, opt, loss_of, clip, shape):
 
 
 def run_shape(name: str, shape: dict, repeat: int, warmup: int) -> dict:
-    impls = {"ours": ours_step(shape), "hf_sdpa": hf_step(shape, "sdpa"),
+    impls = {"ours": ours_step(shape),
+             "ours_reference": ours_step(shape, fused=False),
+             "hf_sdpa": hf_step(shape, "sdpa"),
              "hf_eager": hf_step(shape, "eager")}
     names = list(impls)
     for _ in range(warmup):
@@ -125,7 +129,8 @@ def run_shape(name: str, shape: dict, repeat: int, warmup: int) -> dict:
     gc.disable()
     try:
         for r in range(repeat):
-            order = names[r % 3:] + names[:r % 3]  # rotate who goes first
+            i = r % len(names)
+            order = names[i:] + names[:i]  # rotate who goes first
             for k in order:
                 t0 = time.perf_counter()
                 impls[k]()
@@ -147,6 +152,8 @@ def run_shape(name: str, shape: dict, repeat: int, warmup: int) -> dict:
         ratio, lo, hi = ratio_of_medians_ci(times[k], times["ours"])
         # time(HF) / time(ours) = throughput(ours) / throughput(HF)
         out[f"speed_vs_{k}"] = {"ratio": ratio, "ci": [lo, hi]}
+    ratio, lo, hi = ratio_of_medians_ci(times["ours_reference"], times["ours"])
+    out["speedup_vs_reference"] = {"ratio": ratio, "ci": [lo, hi]}
     return out
 
 

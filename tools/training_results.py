@@ -35,6 +35,8 @@ if str(ROOT) not in sys.path:
 import torch  # noqa: E402
 
 import transformer.model as model_module  # noqa: E402
+from transformer import kernels  # noqa: E402
+from transformer.attention import causal_mask  # noqa: E402
 from transformer.baseline import (bigram_counts, bigram_loss,  # noqa: E402
                                   token_stream)
 from transformer.bench import environment  # noqa: E402
@@ -75,14 +77,23 @@ def attention_mask_after_softmax(q, k, v, mask=None, scale=None):
     return weights @ v, weights  # (B, H, T, Dv)
 
 
+def causal_mask_after_softmax(q, k, v, scale, block=64):
+    """The same bug behind the fused model's entry point (chapter
+    "Backward passes by hand"): it builds the causal mask itself."""
+    mask = causal_mask(q.shape[2], k.shape[2])  # (T, S)
+    return attention_mask_after_softmax(q, k, v, mask, scale)[0]
+
+
 @contextlib.contextmanager
 def mask_after_softmax():
-    real = model_module.attention
+    """Patch both attention paths: the teaching one and the fused one."""
+    real = model_module.attention, kernels.causal_attention
     model_module.attention = attention_mask_after_softmax
+    kernels.causal_attention = causal_mask_after_softmax
     try:
         yield
     finally:
-        model_module.attention = real
+        model_module.attention, kernels.causal_attention = real
 
 
 BUGS = {"correct": contextlib.nullcontext, "detached": detached_residual,

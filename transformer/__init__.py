@@ -4,7 +4,12 @@
 
 Every public name below is derived in the chapter named in its
 module's banner; `help(name)` points to the section."""
-from .softmax import softmax, log_softmax, cross_entropy  # noqa: F401
+from .softmax import (  # noqa: F401
+    softmax,
+    log_softmax,
+    check_targets,
+    cross_entropy,
+)
 from .data import (  # noqa: F401
     CorpusUnavailableError,
     default_cache_dir,
@@ -99,6 +104,13 @@ from .experiments import (  # noqa: F401
     summary_rows,
     summary_table,
 )
+from .kernels import (  # noqa: F401
+    causal_attention,
+    layer_norm,
+    rms_norm,
+    gelu_tanh,
+    cross_entropy_mean,
+)
 from .bench import (  # noqa: F401
     quantile,
     median_ci,
@@ -116,6 +128,7 @@ from .bench import (  # noqa: F401
 __all__ = [
     "softmax",
     "log_softmax",
+    "check_targets",
     "cross_entropy",
     "CorpusUnavailableError",
     "default_cache_dir",
@@ -202,6 +215,11 @@ __all__ = [
     "load_runs",
     "summary_rows",
     "summary_table",
+    "causal_attention",
+    "layer_norm",
+    "rms_norm",
+    "gelu_tanh",
+    "cross_entropy_mean",
     "quantile",
     "median_ci",
     "latency_summary",

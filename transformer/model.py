@@ -21,9 +21,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from transformer import kernels
 from transformer.attention import attention, causal_mask
 from transformer.positions import apply_rope, sinusoidal_encoding
-from transformer.softmax import cross_entropy
+from transformer.softmax import check_targets, cross_entropy
 
 _NORMS = ("layernorm", "rmsnorm")
 _NORM_POSITIONS = ("pre", "post")
@@ -38,8 +39,12 @@ class GPTConfig:
     The defaults express GPT-2 exactly (pre-norm LayerNorm with eps 1e-5,
     learned positions, tanh-GELU, biases, tied embeddings). `dropout`
     applies to the embeddings and to the output of every residual branch,
-    not to the attention weights. Derived in chapter "Multi-head
-    attention, the block and the GPT model"."""
+    not to the attention weights. `attn_scale=False` drops the 1/sqrt(Dh)
+    score scale (experiment E1). `fused=True` runs the same functions
+    through the hand-written backward passes and causal tiles of chapter
+    "Backward passes by hand"; False runs this chapter's code line for
+    line. Derived in chapter "Multi-head attention, the block and the GPT
+    model"."""
     vocab_size: int
     block_size: int
     n_layer: int
@@ -54,6 +59,8 @@ class GPTConfig:
     tie_weights: bool = True
     dropout: float = 0.0
     norm_eps: float = 1e-5
+    attn_scale: bool = True
+    fused: bool = True
 
     def __post_init__(self):
         for name in ("vocab_size", "block_size", "n_layer", "n_head",
@@ -86,7 +93,7 @@ class GPTConfig:
         if not self.rope_base > 0:
             raise ValueError(f"rope_base: expected > 0, got "
                              f"{self.rope_base!r}")
-        for name in ("bias", "tie_weights"):
+        for name in ("bias", "tie_weights", "attn_scale", "fused"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}: expected a bool, "
                                  f"got {getattr(self, name)!r}")
@@ -131,16 +138,20 @@ def gpt_param_count(config: GPTConfig) -> int:
 class LayerNorm(nn.Module):
     """y = (x - mean) / sqrt(var + eps) * weight + bias over the last axis.
 
-    Shapes: (..., D) -> (..., D). Derived in chapter "Multi-head attention,
-    the block and the GPT model", section "Normalisation"."""
+    Shapes: (..., D) -> (..., D). fused=True computes the same through
+    kernels.layer_norm. Derived in chapter "Multi-head attention, the block
+    and the GPT model", section "Normalisation"."""
 
-    def __init__(self, D: int, bias: bool = True, eps: float = 1e-5):
+    def __init__(self, D: int, bias: bool = True, eps: float = 1e-5,
+                 fused: bool = False):
         super().__init__()
-        self.eps = eps
+        self.eps, self.fused = eps, fused
         self.weight = nn.Parameter(torch.ones(D))  # (D,)
         self.bias = nn.Parameter(torch.zeros(D)) if bias else None  # (D,)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fused:
+            return kernels.layer_norm(x, self.weight, self.bias, self.eps)
         mu = x.mean(-1, keepdim=True)  # (..., 1)
         var = ((x - mu) ** 2).mean(-1, keepdim=True)  # (..., 1), biased
         y = (x - mu) / torch.sqrt(var + self.eps) * self.weight  # (..., D)
@@ -150,23 +161,27 @@ class LayerNorm(nn.Module):
 class RMSNorm(nn.Module):
     """y = x / sqrt(mean(x²) + eps) * weight over the last axis.
 
-    Shapes: (..., D) -> (..., D). Derived in chapter "Multi-head attention,
-    the block and the GPT model", section "Normalisation"."""
+    Shapes: (..., D) -> (..., D). fused=True computes the same through
+    kernels.rms_norm. Derived in chapter "Multi-head attention, the block
+    and the GPT model", section "Normalisation"."""
 
-    def __init__(self, D: int, eps: float = 1e-5):
+    def __init__(self, D: int, eps: float = 1e-5, fused: bool = False):
         super().__init__()
-        self.eps = eps
+        self.eps, self.fused = eps, fused
         self.weight = nn.Parameter(torch.ones(D))  # (D,)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fused:
+            return kernels.rms_norm(x, self.weight, self.eps)
         ms = (x * x).mean(-1, keepdim=True)  # (..., 1)
         return x / torch.sqrt(ms + self.eps) * self.weight  # (..., D)
 
 
 def _make_norm(config: GPTConfig) -> nn.Module:
     if config.norm == "layernorm":
-        return LayerNorm(config.n_embd, config.bias, config.norm_eps)
-    return RMSNorm(config.n_embd, config.norm_eps)
+        return LayerNorm(config.n_embd, config.bias, config.norm_eps,
+                         config.fused)
+    return RMSNorm(config.n_embd, config.norm_eps, config.fused)
 
 
 def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
@@ -195,6 +210,9 @@ class CausalSelfAttention(nn.Module):
         self.n_head, self.head_dim = config.n_head, config.head_dim
         self.rope = config.pos_encoding == "rope"
         self.rope_base = config.rope_base
+        self.scale = 1.0 / math.sqrt(self.head_dim) if config.attn_scale \
+            else 1.0
+        self.fused = config.fused
         self.c_attn = nn.Linear(D, 3 * D, bias=config.bias)  # W_Q|W_K|W_V
         self.c_proj = nn.Linear(D, D, bias=config.bias)  # W_O
         self.resid_dropout = nn.Dropout(config.dropout)
@@ -215,8 +233,11 @@ class CausalSelfAttention(nn.Module):
             k = apply_rope(k, pos, self.rope_base)  # (B, H, T, Dh)
         if cache is not None:
             k, v = cache.update(k, v)  # (B, H, S, Dh) each
-        mask = causal_mask(T, k.shape[2], device=x.device)  # (T, S)
-        out, _ = attention(q, k, v, mask)  # (B, H, T, Dh)
+        if self.fused:  # the same, in causal tiles (ch. "Backward passes")
+            out = kernels.causal_attention(q, k, v, self.scale)
+        else:
+            mask = causal_mask(T, k.shape[2], device=x.device)  # (T, S)
+            out, _ = attention(q, k, v, mask, self.scale)  # (B, H, T, Dh)
         # the one transpose out: (B, H, T, Dh) -> (B, T, D)
         out = out.transpose(1, 2).reshape(B, T, D)  # (B, T, D)
         return self.resid_dropout(self.c_proj(out))  # (B, T, D)
@@ -234,9 +255,10 @@ class MLP(nn.Module):
         self.c_fc = nn.Linear(D, F, bias=config.bias)
         self.c_proj = nn.Linear(F, D, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
+        self.gelu = kernels.gelu_tanh if config.fused else gelu_tanh
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = gelu_tanh(self.c_fc(x))  # (B, T, F)
+        h = self.gelu(self.c_fc(x))  # (B, T, F)
         return self.dropout(self.c_proj(h))  # (B, T, D)
 
 
@@ -344,7 +366,13 @@ class GPT(nn.Module):
         for i, block in enumerate(self.blocks):
             x = block(x, start_pos, None if caches is None else caches[i])
         logits = self.lm_head(self.ln_f(x))  # (B, T, V)
-        loss = None if targets is None else cross_entropy(logits, targets)
+        if targets is None:
+            return logits, None
+        if cfg.fused:  # the same checks, then the hand-written backward
+            check_targets(logits, targets)
+            loss = kernels.cross_entropy_mean(logits, targets)
+        else:
+            loss = cross_entropy(logits, targets)
         return logits, loss
 
     @classmethod

@@ -5,6 +5,7 @@ from __future__ import annotations
 __all__ = [
     "softmax",
     "log_softmax",
+    "check_targets",
     "cross_entropy",
 ]
 
@@ -51,13 +52,9 @@ def log_softmax(z: torch.Tensor) -> torch.Tensor:
     return shifted - torch.log(torch.exp(shifted).sum(dim=-1, keepdim=True))
 
 
-def cross_entropy(logits: torch.Tensor, targets: torch.Tensor,
-                  reduction: str = "mean") -> torch.Tensor:
-    """Negative log-likelihood of `targets` under softmax(`logits`), in nats.
-
-    Shapes: logits (..., V), targets (...) int64 -> scalar ("mean", "sum")
-    or (...) ("none"). Derived in chapter "Softmax, temperature and
-    calibration", section "Cross-entropy"."""
+def check_targets(logits: torch.Tensor, targets: torch.Tensor) -> None:
+    """Raise ValueError unless `targets` (...) int64 indexes the last axis
+    of `logits` (..., V). Shared by every cross-entropy in the package."""
     _check_logits(logits, "logits")
     if not isinstance(targets, torch.Tensor) or targets.dtype != torch.int64:
         raise ValueError("targets: expected an int64 tensor of class indices")
@@ -69,6 +66,16 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor,
     if targets.numel() and (targets.min() < 0 or targets.max() >= V):
         raise ValueError(f"targets: expected indices in [0, {V}), got range "
                          f"[{targets.min().item()}, {targets.max().item()}]")
+
+
+def cross_entropy(logits: torch.Tensor, targets: torch.Tensor,
+                  reduction: str = "mean") -> torch.Tensor:
+    """Negative log-likelihood of `targets` under softmax(`logits`), in nats.
+
+    Shapes: logits (..., V), targets (...) int64 -> scalar ("mean", "sum")
+    or (...) ("none"). Derived in chapter "Softmax, temperature and
+    calibration", section "Cross-entropy"."""
+    check_targets(logits, targets)
     logp = log_softmax(logits)  # (..., V)
     nll = -logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (...)
     if reduction == "mean":
