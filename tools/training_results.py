@@ -205,9 +205,32 @@ def run_bigram(args) -> dict:
             "val_loss": hist["val_loss"], "full_val_loss": full,
             "tokens_per_s": hist["tokens_per_s"],
             "wall_s": time.perf_counter() - t0}
+        if seed == 0:  # the book's trained model (chapters 11 and 14)
+            save_trained(model, tok, full, val_ids, cfg)
         print(f"bigram seed {seed}: transformer {full:.4f} vs bigram "
               f"{bigram:.4f} ({time.perf_counter() - t0:.0f} s)", flush=True)
     return out
+
+
+def save_trained(model, tok, val_loss, val_ids, cfg) -> None:
+    """results/sampling/{tiny_gpt.pt, tokenizer.json, train_tiny.json}:
+    weights in float16 (under 2 MB), its tokenizer and a summary."""
+    from transformer.data import load_corpus, train_val_split
+    root = ROOT / "results" / "sampling"
+    root.mkdir(parents=True, exist_ok=True)
+    state = {k: v.half() for k, v in model.state_dict().items()}
+    torch.save({"config": model.config.__dict__, "state_dict": state},
+               root / "tiny_gpt.pt")
+    tok.save(root / "tokenizer.json")
+    _, val_text = train_val_split(load_corpus())
+    record = {"source": "tools/training_results.py bigram, seed 0 (the "
+              "tiny preset)", "config": model.config.__dict__,
+              "steps": cfg.steps, "batch": cfg.batch_size,
+              "seq": model.config.block_size, "val_loss": val_loss,
+              "chars_per_token_val": len(val_text) / len(val_ids),
+              "ln_V": math.log(model.config.vocab_size)}
+    (root / "train_tiny.json").write_text(json.dumps(record, indent=1)
+                                          + "\n")
 
 
 def _report(step, hist):

@@ -118,8 +118,9 @@ class _LayerNorm(torch.autograd.Function):
         xhat, rstd = _normalise(x, eps)  # (..., D), (..., 1)
         ctx.save_for_backward(xhat, rstd, weight)
         ctx.has_bias = bias is not None
-        y = xhat * weight  # (..., D)
-        return y.add_(bias) if bias is not None else y
+        if bias is None:
+            return xhat * weight  # (..., D)
+        return torch.addcmul(bias, xhat, weight)  # (..., D)
 
     @staticmethod
     def backward(ctx, dy):
@@ -140,8 +141,10 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor,
     "Backward passes by hand", move 5."""
     if _needs_grad(x, weight, bias):
         return _LayerNorm.apply(x, weight, bias, eps)
-    y = _normalise(x, eps)[0].mul_(weight)  # (..., D)
-    return y.add_(bias) if bias is not None else y
+    xhat = _normalise(x, eps)[0]  # (..., D)
+    if bias is None:
+        return xhat.mul_(weight)
+    return torch.addcmul(bias, xhat, weight)  # (..., D)
 
 
 class _RMSNorm(torch.autograd.Function):

@@ -343,10 +343,10 @@ class GPT(nn.Module):
                 or idx.dim() != 2):
             raise ValueError("idx: expected an int64 tensor of shape (B, T)")
         B, T = idx.shape
-        if idx.numel() and (idx.min() < 0 or idx.max() >= cfg.vocab_size):
+        lo, hi = idx.aminmax() if idx.numel() else (0, 0)
+        if lo < 0 or hi >= cfg.vocab_size:
             raise ValueError(f"idx: expected token ids in [0, vocab_size = "
-                             f"{cfg.vocab_size}), got range [{idx.min()}, "
-                             f"{idx.max()}]")
+                             f"{cfg.vocab_size}), got range [{lo}, {hi}]")
         if cfg.pos_encoding == "learned" and start_pos + T > cfg.block_size:
             raise ValueError(f"idx: sequence reaches position "
                              f"{start_pos + T - 1}, but learned positions "
@@ -356,9 +356,9 @@ class GPT(nn.Module):
                              f"({cfg.n_layer}), got {len(caches)}")
         x = self.wte(idx)  # (B, T, D)
         if cfg.pos_encoding == "learned":
-            pos = torch.arange(start_pos, start_pos + T,
-                               device=idx.device)  # (T,)
-            x = x + self.wpe(pos)  # (B, T, D) + (T, D)
+            # rows start_pos .. start_pos + T - 1 of the table: a slice is
+            # the same lookup as self.wpe(arange(...)), without the gather
+            x = x + self.wpe.weight[start_pos:start_pos + T]  # (B, T, D)
         elif cfg.pos_encoding == "sinusoidal":
             x = x + sinusoidal_encoding(T, cfg.n_embd, offset=start_pos,
                                         dtype=x.dtype, device=x.device)

@@ -597,11 +597,11 @@ def sample_ids(model: torch.nn.Module, ids: torch.Tensor,
 # 2-core build machine, close to the wall time on one idle core. The wall
 # time while the machine was shared (load average near 10) was far longer.
 PRESETS = {
-    # 940,800 parameters, 1,228,800 tokens; about 11 CPU-minutes on one
-    # core (1.12 CPU s/step)
+    # 940,800 parameters, 2,048,000 tokens; the time it takes is measured
+    # by tools/training_results.py preset-time (chapter "Training")
     "tiny": (dict(vocab_size=1024, block_size=128, n_layer=4, n_head=4,
                   n_embd=128),
-             dict(steps=600, batch_size=16, lr=3e-3, min_lr=3e-4,
+             dict(steps=1000, batch_size=16, lr=3e-3, min_lr=3e-4,
                   warmup_steps=50, eval_interval=100, eval_batches=8)),
     # 11,139,072 parameters, 819,200 tokens; about 52 CPU-minutes on one
     # core (7.83 CPU s/step)
