@@ -8,8 +8,10 @@ __all__ = [
     "Experiment",
     "evaluate_windows",
     "init_grad_norms",
+    "attention_entropy",
     "train_run",
     "run_point",
+    "run_probe",
     "default_results_dir",
     "run_experiment",
     "load_runs",
@@ -18,6 +20,12 @@ __all__ = [
     "main",
     "EXPERIMENTS",
     "TABLE_METRICS",
+    "Probe",
+    "measure_e10",
+    "measure_e13",
+    "measure_e11",
+    "measure_e12",
+    "PROBES",
 ]
 
 
@@ -30,15 +38,21 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
 
+from transformer.attention import attention, causal_mask
 from transformer.baseline import get_batch, token_stream
 from transformer.model import GPT, GPTConfig
+from transformer.positions import apply_rope
 from transformer.optim import AdamW, clip_grad_norm, lr_at
+from transformer.softmax import cross_entropy
 from transformer.stats import format_summary, summarize
+from transformer.training import (PRESETS, TrainConfig, evaluate, init_model,
+                                  train)
 
 EVAL_SEED = 1234  # every run is scored on the same held-out windows
 
@@ -81,7 +95,7 @@ class RunConfig:
 
 _MODEL_FIELDS = set(GPTConfig.__dataclass_fields__)
 _RUN_FIELDS = set(RunConfig.__dataclass_fields__)
-_EXTRAS = ("long_context", "init_grads", "attn_entropy")
+_EXTRAS = ("long_context", "init_grads", "attn_entropy", "per_byte")
 
 
 @dataclass(frozen=True)
@@ -159,12 +173,16 @@ class Experiment:
             r.pop(name, None)
         if self.variable == "warmup_steps":
             r["steps"] = max(self.values) + 2
+        values = self.values
+        if self.variable == "vocab_size":  # two tokenizers, not four
+            values = (512, 1024)
         strata = self.strata
         if self.stratum == "n_layer":
             strata = (1, 2)
         elif len(strata) > 2:
             strata = strata[:2]
-        return replace(self, model=m, run=r, seeds=(0, 1), strata=strata)
+        return replace(self, model=m, run=r, seeds=(0, 1), strata=strata,
+                       values=values)
 
 
 def _git_commit() -> str:
@@ -238,6 +256,40 @@ def init_grad_norms(model: GPT, ids: torch.Tensor, batch_size: int,
     return norms
 
 
+def attention_entropy(model: GPT, ids: torch.Tensor, batch_size: int,
+                      seed: int = EVAL_SEED) -> list[float]:
+    """Mean entropy (nats) of each layer's attention rows, at the weights
+    as they are, on one fixed batch. The largest possible value is the mean
+    over queries i of ln(i + 1) (uniform over the visible keys). Section
+    "E1: the scale on and off"."""
+    g = torch.Generator().manual_seed(seed)
+    x, _ = get_batch(ids, batch_size, model.config.block_size, g)  # (B, T)
+    found = []
+
+    def hook(attn, args):
+        h = args[0]  # (B, T, D): what the attention layer is given
+        B, T, D = h.shape
+        q, k, _ = attn.c_attn(h).split(D, dim=-1)  # (B, T, D) each
+        q = q.view(B, T, attn.n_head, -1).transpose(1, 2)  # (B, H, T, Dh)
+        k = k.view(B, T, attn.n_head, -1).transpose(1, 2)  # (B, H, T, Dh)
+        if attn.rope:
+            pos = torch.arange(T)  # (T,)
+            q = apply_rope(q, pos, attn.rope_base)
+            k = apply_rope(k, pos, attn.rope_base)
+        w = attention(q, k, k, causal_mask(T), attn.scale)[1]  # (B,H,T,T)
+        ent = -(w * torch.log(w.clamp_min(1e-30))).sum(-1)  # (B, H, T)
+        found.append(ent.mean().item())
+
+    handles = [b.attn.register_forward_pre_hook(hook) for b in model.blocks]
+    try:
+        with torch.no_grad():
+            model(x)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return found
+
+
 def train_run(model: GPT, train_ids: torch.Tensor, val_ids: torch.Tensor,
               rc: RunConfig, seed: int, progress=None) -> dict:
     """Train `model` with recipe `rc`; batches are drawn from a generator
@@ -306,6 +358,9 @@ def run_point(exp: Experiment, stratum, value, seed: int, data,
     if "init_grads" in exp.extras:
         rec["init_grad_norms"] = init_grad_norms(model, train_ids,
                                                  rc.batch_size)
+    if "attn_entropy" in exp.extras:
+        rec["init_attn_entropy"] = attention_entropy(model, train_ids,
+                                                     rc.batch_size)
     t0 = time.perf_counter()
     rec.update(train_run(model, train_ids, val_ids, rc, seed, progress))
     final = {"train_loss": (sum(rec["train_loss"][-10:])
@@ -329,10 +384,40 @@ def run_point(exp: Experiment, stratum, value, seed: int, data,
             final["val_loss_2x"] = ev["loss"]
             final["val_loss_2x_head"] = ev["head"]
             final["val_loss_2x_tail"] = ev["tail"]
+    if "per_byte" in exp.extras and not rec["diverged"]:
+        tok = data[0]  # bytes of the held-out text / its tokens
+        rec["bytes_per_token"] = (len(tok.decode_bytes(val_ids.tolist()))
+                                  / len(val_ids))
+        final["bits_per_byte"] = (final["val_loss"] / math.log(2)
+                                  / rec["bytes_per_token"])
+        final["window_bytes"] = mc.block_size * rec["bytes_per_token"]
+    if "attn_entropy" in exp.extras:
+        init = rec["init_attn_entropy"]
+        final["attn_entropy_init"] = sum(init) / len(init)
+        if not rec["diverged"]:
+            trained = attention_entropy(model, val_ids, rc.batch_size)
+            rec["attn_entropy"] = trained
+            final["attn_entropy"] = sum(trained) / len(trained)
+    if "init_grads" in exp.extras:
+        final["grad_norm_init"] = math.sqrt(sum(
+            g * g for g in rec["init_grad_norms"]))
     rec["final"] = final
     rec["tokens_per_s"] = rec["tokens"] / rec["wall_s"]
     rec["wall_s_total"] = time.perf_counter() - t0
     return rec
+
+
+def run_probe(probe, seed: int) -> dict:
+    """One seed of a Probe, as a record shaped like run_point's. Section
+    "Probes: E10 to E13 through the same runner"."""
+    t0 = time.perf_counter()
+    final = dict(probe.measure(seed, probe.is_smoke))
+    raw = final.pop("raw", {})
+    final.setdefault("diverged", False)
+    return {"experiment": probe.id, "variable": "probe", "value": "-",
+            "stratum": None, "seed": seed, "git_commit": _git_commit(),
+            "smoke": probe.is_smoke, "machine": _machine(), "final": final,
+            **raw, "wall_s_total": time.perf_counter() - t0}
 
 
 def default_results_dir() -> Path:
@@ -351,8 +436,7 @@ def run_experiment(exp: Experiment, root: Path | None = None,
     out = Path(root or default_results_dir()) / exp.id
     out.mkdir(parents=True, exist_ok=True)
     points = exp.points()
-    if data is None:
-        data = token_stream(exp.vocab_size)
+    streams = {} if data is None else {exp.vocab_size: data}  # by V (E9)
     started, done_now = time.perf_counter(), 0
     for i, (stratum, value, seed) in enumerate(points, 1):
         path = out / _run_name(exp, stratum, value, seed)
@@ -362,14 +446,21 @@ def run_experiment(exp: Experiment, root: Path | None = None,
         if path.exists():
             log(f"{label}: done, skipped")
             continue
-        rec = run_point(exp, stratum, value, seed, data)
+        if isinstance(exp, Probe):
+            rec = run_probe(exp, seed)
+        else:
+            V = exp.configs(stratum, value)[0].vocab_size
+            if V not in streams:
+                streams[V] = token_stream(V)
+            rec = run_point(exp, stratum, value, seed, streams[V])
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(rec, indent=1, allow_nan=True) + "\n")
         tmp.replace(path)
         done_now += 1
         per_run = (time.perf_counter() - started) / done_now
         left = len(points) - i
-        log(f"{label}: val {rec['final']['val_loss']:.4f} in "
+        headline = next(iter(rec["final"].items()))
+        log(f"{label}: {headline[0]} {headline[1]:.4f} in "
             f"{rec['wall_s_total']:.1f} s; about {per_run * left / 60:.1f}"
             f" min left")
     return load_runs(exp.id, root)
@@ -549,6 +640,39 @@ EXPERIMENTS = {e.id: e for e in [
             "excluding zero."),
         model=_TINY, run=_TINY_RUN),
     Experiment(
+        "E1", "The 1/sqrt(d_k) score scale on and off", "attn_scale",
+        (True, False),
+        prediction=(
+            "At GPT-2's initialisation the scores are tiny with or without "
+            "the scale (query and key entries of size about 0.02 sqrt(D)), "
+            "so the attention entropy at initialisation is within 1% of "
+            "the uniform maximum for both, and the total gradient norms at "
+            "initialisation differ by under 10%. After training, the "
+            "unscaled model (scores sqrt(32) = 5.7 times larger) has the "
+            "lower attention entropy and a held-out loss no better than "
+            "the scaled one."),
+        falsifier=(
+            "unscaled better than scaled by more than 0.02 nats with a "
+            "paired interval excluding zero, or initial entropies that "
+            "differ by more than 5%."),
+        model={**_TINY, "n_head": 2}, run=_TINY_RUN,
+        extras=("attn_entropy", "init_grads")),
+    Experiment(
+        "E9", "Vocabulary size against sequence length, per byte",
+        "vocab_size", (512, 1024, 2048, 4096),
+        prediction=(
+            "With the window fixed at 32 tokens and the budget at 76,800 "
+            "tokens, a larger vocabulary puts more bytes in every window "
+            "and every step, and lowers the held-out bits per byte from "
+            "512 to 2048; at 4096 the 4096 x 64 embedding table has too "
+            "many rows to learn from this budget, and it is no better "
+            "than 2048."),
+        falsifier=(
+            "bits per byte higher at 1024 than at 512, or 4096 better than "
+            "2048 by more than 0.02 bits per byte with a paired interval "
+            "excluding zero."),
+        model=_TINY, run=_TINY_RUN, extras=("per_byte",)),
+    Experiment(
         "E14", "Hypothesis: post-norm's plateau is a warm-up problem",
         "warmup_steps", (10, 100),
         prediction=(
@@ -572,4 +696,162 @@ TABLE_METRICS = {
     "E7": ("val_loss", "max_grad_norm"),
     "E8": ("val_loss", "n_params"),
     "E14": ("val_loss", "train_loss"),
+    "E1": ("val_loss", "attn_entropy_init", "attn_entropy",
+           "grad_norm_init"),
+    "E9": ("bits_per_byte", "val_loss", "window_bytes", "n_params"),
+    "E10": ("corpus_loss", "below_0.1"),
+    "E11": ("cached_ratio", "uncached_ratio", "cached_p50_last_ms",
+            "uncached_p50_last_ms"),
+    "E12": ("max_relative_error",),
+    "E13": ("excess", "se"),
 }
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A declared check that is not a grid over one field (E10-E13):
+    `measure(seed, smoke)` returns the record's "final" metrics (and may
+    return raw series under the key "raw"); the runner writes one JSON per
+    seed. Section "Probes: E10 to E13 through the same runner"."""
+    id: str
+    title: str
+    measure: Callable
+    prediction: str
+    falsifier: str
+    seeds: tuple = (0, 1, 2)
+    is_smoke: bool = False
+    variable = "probe"  # so the grid summaries treat it as one point
+    values = ("-",)
+    stratum = None
+    strata = (None,)
+
+    def points(self) -> list[tuple]:
+        return [(None, "-", seed) for seed in self.seeds]
+
+    def smoke(self) -> "Probe":
+        return replace(self, seeds=(0, 1), is_smoke=True)
+
+
+def _tiny_config(smoke: bool, **overrides) -> GPTConfig:
+    mc = {**PRESETS["tiny"][0], **overrides}
+    if smoke:
+        mc.update(n_layer=1, n_embd=32, n_head=2)
+    return GPTConfig(**mc)
+
+
+def measure_e10(seed: int, smoke: bool = False) -> dict:
+    """E10: the tiny preset's model overfits 200 training tokens; the
+    loss over all of them after 300 steps. Section "Probes"."""
+    _, train_ids, _ = token_stream(1024)
+    corpus = train_ids[:200].clone()  # (200,)
+    steps = 4 if smoke else 300
+    cfg = TrainConfig(steps=steps, batch_size=8, lr=3e-3, min_lr=3e-3,
+                      warmup_steps=min(10, steps), weight_decay=0.0,
+                      eval_interval=steps, eval_batches=1, seq_len=64,
+                      seed=seed)
+    model = init_model(_tiny_config(smoke), seed)
+    hist = train(model, corpus, corpus, cfg)
+    loss = evaluate(model, corpus, 64, 8, None)
+    return {"corpus_loss": loss, "below_0.1": float(loss < 0.1),
+            "raw": {"train_loss": hist["train_loss"]}}
+
+
+def measure_e13(seed: int, smoke: bool = False) -> dict:
+    """E13: trained on uniformly random tokens, the held-out loss minus
+    ln V, with its standard error over held-out tokens. Section
+    "Probes"."""
+    V = 1024
+    g = torch.Generator().manual_seed(1234 + seed)
+    train_ids = torch.randint(0, V, (100_000,), generator=g)  # (N,)
+    val_ids = torch.randint(0, V, (2_000 if smoke else 50_000,),
+                            generator=g)  # (M,)
+    steps = 4 if smoke else 200
+    cfg = TrainConfig(steps=steps, batch_size=8, lr=3e-3, min_lr=3e-4,
+                      warmup_steps=min(20, steps), eval_interval=steps,
+                      eval_batches=1, seq_len=64, seed=seed)
+    model = init_model(_tiny_config(smoke), seed)
+    train(model, train_ids, val_ids, cfg)
+    model.eval()
+    n = (len(val_ids) - 1) // 64
+    with torch.no_grad():
+        logits, _ = model(val_ids[:n * 64].view(n, 64))  # (n, 64, V)
+    y = val_ids[1:n * 64 + 1].view(n, 64)  # (n, 64)
+    nll = cross_entropy(logits.double(), y, reduction="none").view(-1)
+    return {"excess": nll.mean().item() - math.log(V),
+            "se": (nll.std() / nll.numel() ** 0.5).item(),
+            "n_tokens": nll.numel()}
+
+
+def measure_e11(seed: int, smoke: bool = False) -> dict:
+    """E11: per-token greedy decode latency of the tiny shape (one
+    thread), with the KV cache and without, over the first and the last
+    32 of 512 generated tokens; the ratio last/first of the medians.
+    Section "Probes"."""
+    from transformer.kv_cache import make_caches
+    n = 64 if smoke else 512
+    model = init_model(_tiny_config(smoke, block_size=16 + n), seed).eval()
+    prompt = torch.randint(0, 1024, (1, 16),
+                           generator=torch.Generator().manual_seed(seed))
+    out = {}
+    with torch.no_grad():
+        for cached in (True, False):
+            caches = make_caches(model, 1, 16 + n) if cached else None
+            logits, _ = model(prompt, caches=caches)  # (1, 16, V)
+            seq, times = prompt, []
+            for t in range(n):
+                nxt = logits[:, -1:].argmax(-1)  # (1, 1)
+                seq = torch.cat([seq, nxt], dim=1)  # (1, 16 + t + 1)
+                t0 = time.perf_counter()
+                if cached:
+                    logits, _ = model(nxt, start_pos=16 + t, caches=caches)
+                else:
+                    logits, _ = model(seq)
+                times.append(time.perf_counter() - t0)
+            first = sorted(times[:32])[16]
+            last = sorted(times[-32:])[16]
+            key = "cached" if cached else "uncached"
+            out[f"{key}_p50_first_ms"] = 1e3 * first
+            out[f"{key}_p50_last_ms"] = 1e3 * last
+            out[f"{key}_ratio"] = last / first
+    out["loadavg"] = os.getloadavg()[0]
+    return out
+
+
+def measure_e12(seed: int, smoke: bool = False) -> dict:
+    """E12: bytes the KV cache buffers occupy against the derived
+    2 L B T H Dh bytes, for the tiny preset at several batch sizes and
+    lengths (deterministic; every seed must agree). Section "Probes"."""
+    from transformer.cost_model import kv_cache_bytes
+    from transformer.kv_cache import make_caches
+    cfg = _tiny_config(smoke)
+    model = GPT(cfg)
+    worst = 0.0
+    for B, T in ((1, 32), (1, cfg.block_size), (4, 64), (8, 16)):
+        measured = sum(c.nbytes for c in make_caches(model, B, T))
+        derived = kv_cache_bytes(T, B, cfg)
+        worst = max(worst, abs(measured - derived) / derived)
+    return {"max_relative_error": worst}
+
+
+PROBES = {p.id: p for p in [
+    Probe("E10", "Overfit 200 tokens (the cheapest bug detector)",
+          measure_e10,
+          prediction="the loss over the 200 tokens ends below 0.1 for "
+                     "every seed",
+          falsifier="any seed at or above 0.1"),
+    Probe("E11", "KV-cache decode latency against generated length",
+          measure_e11,
+          prediction="with the cache, the median latency of the last 32 "
+                     "of 512 tokens is within 1.25x of the first 32; "
+                     "without it, more than 2x",
+          falsifier="a cached ratio above 1.25, or an uncached one below "
+                    "2"),
+    Probe("E12", "Derived against measured KV-cache memory", measure_e12,
+          prediction="the cache buffers occupy exactly the derived bytes",
+          falsifier="a relative error above 5% at any shape"),
+    Probe("E13", "Shuffled targets converge to ln V", measure_e13,
+          prediction="held-out loss minus ln V in [-0.01, 0.05] nats",
+          falsifier="an excess below -0.01 (a leak) or above 0.05 (an "
+                    "optimiser problem)"),
+]}
+EXPERIMENTS.update(PROBES)
