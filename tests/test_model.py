@@ -31,7 +31,7 @@ def test_hand_computed_block_attention():
     cfg = GPTConfig(vocab_size=5, block_size=3, n_layer=1, n_head=1, n_embd=4)
     attn = CausalSelfAttention(cfg)
     with torch.no_grad():
-        attn.c_attn.weight.copy_(torch.cat([torch.eye(4)] * 3))  # (3D, D)
+        attn.c_attn.weight.copy_(torch.cat([torch.eye(4)] * 3, dim=1))
         attn.c_attn.bias.zero_()
         attn.c_proj.weight.copy_(torch.eye(4))
         attn.c_proj.bias.zero_()

@@ -24,7 +24,7 @@ from torch import nn
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from transformer.model import GPT, GPTConfig  # noqa: E402
+from transformer.model import GPT, GPTConfig, Linear  # noqa: E402
 
 DEPTHS = [2, 4, 8, 16]
 SEEDS = [0, 1, 2]
@@ -36,7 +36,10 @@ def unit_init(model: nn.Module) -> None:
     """Vaswani-style unit-scale init: every Linear N(0, 1/fan_in),
     embeddings N(0, 1), so every residual branch starts at size O(1)."""
     for mod in model.modules():
-        if isinstance(mod, nn.Linear):
+        if isinstance(mod, Linear):  # weight (in, out)
+            std = 1.0 / math.sqrt(mod.weight.shape[0])
+            nn.init.normal_(mod.weight, 0.0, std)
+        elif isinstance(mod, nn.Linear):  # weight (out, in): the head
             std = 1.0 / math.sqrt(mod.in_features)
             nn.init.normal_(mod.weight, 0.0, std)
         elif isinstance(mod, nn.Embedding):

@@ -7,6 +7,7 @@ __all__ = [
     "gpt_param_count",
     "LayerNorm",
     "RMSNorm",
+    "Linear",
     "gelu_tanh",
     "CausalSelfAttention",
     "MLP",
@@ -184,6 +185,25 @@ def _make_norm(config: GPTConfig) -> nn.Module:
     return RMSNorm(config.n_embd, config.norm_eps, config.fused)
 
 
+class Linear(nn.Module):
+    """y = x W + b with W stored (in, out), as the equations (and GPT-2's
+    Conv1D) write it. Shapes: (..., d_in) -> (..., d_out). Derived in
+    chapter "Multi-head attention, the block and the GPT model", section
+    "Symbols"."""
+
+    def __init__(self, d_in: int, d_out: int, bias: bool = True):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(d_in, d_out))  # (in, out)
+        self.bias = nn.Parameter(torch.zeros(d_out)) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.bias is None:
+            return x @ self.weight  # (..., out)
+        flat = x.reshape(-1, x.shape[-1])  # (N, in)
+        y = torch.addmm(self.bias, flat, self.weight)  # (N, out)
+        return y.view(*x.shape[:-1], y.shape[-1])  # (..., out)
+
+
 def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
     """GELU, tanh approximation (GPT-2's "gelu_new"), elementwise. Derived
     in chapter "Multi-head attention, the block and the GPT model",
@@ -213,8 +233,8 @@ class CausalSelfAttention(nn.Module):
         self.scale = 1.0 / math.sqrt(self.head_dim) if config.attn_scale \
             else 1.0
         self.fused = config.fused
-        self.c_attn = nn.Linear(D, 3 * D, bias=config.bias)  # W_Q|W_K|W_V
-        self.c_proj = nn.Linear(D, D, bias=config.bias)  # W_O
+        self.c_attn = Linear(D, 3 * D, bias=config.bias)  # W_Q|W_K|W_V
+        self.c_proj = Linear(D, D, bias=config.bias)  # W_O
         self.resid_dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: torch.Tensor, start_pos: int = 0,
@@ -252,8 +272,8 @@ class MLP(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
         D, F = config.n_embd, config.ffn_dim
-        self.c_fc = nn.Linear(D, F, bias=config.bias)
-        self.c_proj = nn.Linear(F, D, bias=config.bias)
+        self.c_fc = Linear(D, F, bias=config.bias)
+        self.c_proj = Linear(F, D, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
         self.gelu = kernels.gelu_tanh if config.fused else gelu_tanh
 
@@ -320,9 +340,10 @@ class GPT(nn.Module):
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
-        if isinstance(module, (nn.Linear, nn.Embedding)):
+        if isinstance(module, (Linear, nn.Linear, nn.Embedding)):
             nn.init.normal_(module.weight, 0.0, 0.02)
-        if isinstance(module, nn.Linear) and module.bias is not None:
+        if isinstance(module, (Linear, nn.Linear)) \
+                and module.bias is not None:
             nn.init.zeros_(module.bias)
 
     def n_params(self, non_embedding: bool = False) -> int:
@@ -378,8 +399,8 @@ class GPT(nn.Module):
     @classmethod
     def from_hf_gpt2(cls, hf_model) -> "GPT":
         """Build this model from a Hugging Face GPT2LMHeadModel, copying its
-        weights. HF's Conv1D stores (in, out), the transpose of nn.Linear's
-        (out, in). Derived in chapter "Multi-head attention, the block and
+        weights. HF's Conv1D stores (in, out), as this book's Linear does,
+        so nothing is transposed. Derived in chapter "Multi-head attention, the block and
         the GPT model", section "Loading GPT-2"."""
         c = hf_model.config
         act = getattr(c, "activation_function", None)
@@ -416,10 +437,5 @@ class GPT(nn.Module):
             raise ValueError(f"hf_model: no weights for {sorted(missing)}")
         with torch.no_grad():
             for name, hf_name in ours.items():
-                w = sd[hf_name]
-                if name.endswith(".weight") and ("c_attn" in name
-                                                 or "c_proj" in name
-                                                 or "c_fc" in name):
-                    w = w.t()  # Conv1D (in, out) -> Linear (out, in)
-                params[name].copy_(w)
+                params[name].copy_(sd[hf_name])
         return model
