@@ -134,7 +134,9 @@ def nll_derivatives(logits: torch.Tensor, targets: torch.Tensor,
     y = targets.unsqueeze(-1)  # (..., 1)
     nll = -logp.gather(-1, y).squeeze(-1)  # (...)
     mean_z = (p * z).sum(-1, keepdim=True)  # (..., 1)
-    d1 = mean_z.squeeze(-1) - z.gather(-1, y).squeeze(-1)  # (...)
+    # Σ p_j (z_j - z_y) equals mean_z - z_y, but keeps its last digits
+    # when p is nearly one-hot and the difference nearly cancels
+    d1 = (p * (z - z.gather(-1, y))).sum(-1)  # (...)
     d2 = (p * (z - mean_z) ** 2).sum(-1)  # (...)
     return nll, d1, d2
 
@@ -165,23 +167,35 @@ def fit_temperature(logits: torch.Tensor, targets: torch.Tensor,
         raise ValueError(f"lo, hi: expected 0 < lo < hi < inf, "
                          f"got lo={lo!r}, hi={hi!r}")
 
-    def slope(beta):  # mean first and second derivative
-        _, d1, d2 = nll_derivatives(logits, targets, beta)
+    z = logits.detach().double()  # (..., V), converted once
+
+    def slope(beta):  # mean first and second derivative at beta
+        _, d1, d2 = nll_derivatives(z, targets, beta)
         return float(d1.mean()), float(d2.mean())
 
+    def edge_error():
+        return ValueError(f"lo, hi: the NLL is smallest at or beyond an "
+                          f"edge of [{lo}, {hi}]; widen the bracket")
+
     a, b = 1.0 / hi, 1.0 / lo  # bracket on beta
-    if slope(a)[0] >= 0 or slope(b)[0] <= 0:
-        raise ValueError(f"lo, hi: the NLL is smallest at or beyond an "
-                         f"edge of [{lo}, {hi}]; widen the bracket")
+    ga = gb = None  # slopes at the original ends, computed only if needed
     beta = min(max(1.0, a), b)
     for _ in range(max_iter):
         g, h = slope(beta)
+        if g == 0 and h > 0:  # exactly at the minimum
+            return 1.0 / beta
         if g > 0:
-            b = beta
+            b, gb = beta, g
         else:
-            a = beta
+            a, ga = beta, g
         new = beta - g / h if h > 0 else math.nan
-        if not a < new < b:  # outside the bracket (or nan): bisect
+        if not a < new < b:  # Newton leaves the bracket (or h = 0)
+            if ga is None:
+                ga = slope(a)[0]
+            if gb is None:
+                gb = slope(b)[0]
+            if ga >= 0 or gb <= 0:  # l' has one sign: no interior minimum
+                raise edge_error()
             new = 0.5 * (a + b)
         done = abs(new - beta) <= tol * beta
         beta = new
