@@ -92,6 +92,15 @@ from .stats import (  # noqa: F401
     unpaired_difference,
     format_summary,
 )
+from .calibration import (  # noqa: F401
+    top1_confidence,
+    ReliabilityBins,
+    reliability_bins,
+    expected_calibration_error,
+    nll_derivatives,
+    temperature_nll,
+    fit_temperature,
+)
 from .experiments import (  # noqa: F401
     RunConfig,
     Experiment,
@@ -213,6 +222,13 @@ __all__ = [
     "paired_difference",
     "unpaired_difference",
     "format_summary",
+    "top1_confidence",
+    "ReliabilityBins",
+    "reliability_bins",
+    "expected_calibration_error",
+    "nll_derivatives",
+    "temperature_nll",
+    "fit_temperature",
     "RunConfig",
     "Experiment",
     "evaluate_windows",
