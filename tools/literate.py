@@ -134,8 +134,17 @@ def constant_names(sources: list[str]) -> set[str]:
     return found
 
 
+def exported_names(ch: Chapter) -> list[str]:
+    """A module's `__all__`: its public names, less the constants (ALL_CAPS)
+    and command entry points (main, train_main), which stay reachable as
+    `transformer.<module>.NAME` but are not re-exported by the package."""
+    consts = constant_names(ch.cells)
+    return [n for n in public_names(ch.cells) if n not in consts
+            and n != "main" and not n.endswith("_main")]
+
+
 def render_module(ch: Chapter) -> str:
-    names = public_names(ch.cells)
+    names = exported_names(ch)
     head = BANNER.format(source=ch.rel)
     head += "from __future__ import annotations\n\n"
     if names and not ch.module.startswith("_"):
@@ -149,25 +158,15 @@ def render_init(chapters: list[Chapter]) -> str:
     out = [BANNER.format(source=INIT_SOURCE),
            '"""Transformer from Scratch: the package the book exports.\n\n'
            'Every public name below is derived in the chapter named in its\n'
-           'module\'s banner; `help(name)` points to the section."""\n']
-    exported: list[str] = []
-    for ch in chapters:
-        if not ch.module or ch.module.startswith("_") or ch.module == "cli":
-            continue
-        # constants (ALL_CAPS) and command entry points (main, train_main)
-        # stay in their module's namespace
-        consts = constant_names(ch.cells)
-        names = [n for n in public_names(ch.cells) if n not in consts
-                 and n != "main" and not n.endswith("_main")]
-        if names:
-            joined = ", ".join(names)
-            out.append(f"from .{ch.module} import {joined}  # noqa: F401\n"
-                       if len(joined) < 50 else
-                       f"from .{ch.module} import (  # noqa: F401\n" +
-                       "".join(f"    {n},\n" for n in names) + ")\n")
-            exported += names
-    out.append("\n__all__ = [\n" + "".join(f'    "{n}",\n' for n in exported)
-               + "]\n")
+           'module\'s banner; `help(name)` points to the section."""\n'
+           "import sys as _sys\n\n"]
+    modules = [ch.module for ch in chapters
+               if ch.module and not ch.module.startswith("_")
+               and ch.module != "cli" and exported_names(ch)]
+    out += [f"from .{m} import *  # noqa: F401,F403\n" for m in modules]
+    out.append("\n_MODULES = (" + "".join(f'\n    "{m}",' for m in modules)
+               + "\n)\n__all__ = [name for module in _MODULES for name in\n"
+               "           _sys.modules[f\"{__name__}.{module}\"].__all__]\n")
     return "".join(out)
 
 

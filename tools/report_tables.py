@@ -127,7 +127,8 @@ def brief_table(exp_id: str, root: Path = ROOT) -> str:
 
 TABLES = {"E4": e4_table, "E6": e6_table, "E6-init": e6_init_table,
           **{i: (lambda root=ROOT, i=i: brief_table(i, root))
-             for i in ("E2", "E3", "E5", "E7", "E8", "E14")}}
+             for i in ("E2", "E3", "E5", "E7", "E8", "E14", "E1", "E9",
+                       "E10", "E11", "E12", "E13")}}
 
 
 def complete(exp_id: str, root: Path = ROOT) -> bool:

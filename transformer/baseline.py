@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 __all__ = [
-    "DEFAULT_VOCAB_SIZE",
     "token_stream",
     "get_batch",
     "unigram_loss",

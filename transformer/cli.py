@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 __all__ = [
-    "COMMANDS",
     "usage",
-    "main",
 ]
 
 

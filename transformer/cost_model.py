@@ -4,7 +4,6 @@ from __future__ import annotations
 
 __all__ = [
     "ModelShape",
-    "GPT2_SMALL",
     "model_shape",
     "param_breakdown",
     "param_count",
@@ -17,7 +16,6 @@ __all__ = [
     "kv_crossover_length",
     "cost_table",
     "format_cost_table",
-    "main",
     "attention_timing_parts",
 ]
 

@@ -3,11 +3,6 @@
 from __future__ import annotations
 
 __all__ = [
-    "CORPUS_PACKAGE",
-    "CORPUS_ARCHIVE",
-    "CORPUS_SHA256",
-    "CORPUS_MEMBERS",
-    "DOCUMENT_SEPARATOR",
     "CorpusUnavailableError",
     "default_cache_dir",
     "sha256_of",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 __all__ = [
-    "EVAL_SEED",
     "RunConfig",
     "Experiment",
     "evaluate_windows",
@@ -17,15 +16,11 @@ __all__ = [
     "load_runs",
     "summary_rows",
     "summary_table",
-    "main",
-    "EXPERIMENTS",
-    "TABLE_METRICS",
     "Probe",
     "measure_e10",
     "measure_e13",
     "measure_e11",
     "measure_e12",
-    "PROBES",
 ]
 
 

@@ -4,10 +4,6 @@ from __future__ import annotations
 
 __all__ = [
     "merge_pair",
-    "GPT2_PATTERN",
-    "END_OF_TEXT",
-    "BPE_FORMAT",
-    "BPE_FORMAT_VERSION",
     "BPETokenizer",
 ]
 

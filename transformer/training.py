@@ -5,18 +5,13 @@ from __future__ import annotations
 __all__ = [
     "TrainConfig",
     "evaluate",
-    "CHECKPOINT_FORMAT",
-    "CHECKPOINT_VERSION",
     "save_checkpoint",
     "load_checkpoint",
     "model_from_checkpoint",
     "train",
     "sample_ids",
-    "PRESETS",
     "configs_from",
     "init_model",
-    "train_main",
-    "sample_main",
 ]
 
 
