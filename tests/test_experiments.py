@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from transformer.baseline import token_stream
-from transformer.experiments import (EXPERIMENTS, Experiment, RunConfig,
+from transformer.experiments import (EXPERIMENTS, PROBES, Experiment, Probe,
+                                     RunConfig, attention_entropy,
                                      evaluate_windows, init_grad_norms, main,
                                      run_experiment, summary_rows,
                                      summary_table, train_run)
@@ -18,6 +19,7 @@ from transformer.model import GPT, GPTConfig
 from transformer.stats import summarize
 
 ROOT = Path(__file__).resolve().parents[1] / "results" / "experiments"
+GRIDS = [e for e in EXPERIMENTS.values() if isinstance(e, Experiment)]
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +53,7 @@ def test_declaration_validation():
         RunConfig(steps=0)
     with pytest.raises(ValueError, match="id"):
         main(["E404", "--root", "/nonexistent"])
-    for exp in EXPERIMENTS.values():  # every declared point is buildable
+    for exp in GRIDS:  # every declared point is buildable
         for stratum, value, _ in exp.points():
             exp.configs(stratum, value)
 
@@ -86,7 +88,7 @@ def test_smoke_runs_and_resume(tmp_path, capsys):
 
 
 def test_token_budget_fixed():
-    for exp in EXPERIMENTS.values():
+    for exp in GRIDS:
         budgets = set()
         for stratum, value, _ in exp.points():
             mc, rc = exp.configs(stratum, value)
@@ -179,3 +181,43 @@ def test_committed_records_complete(exp_id):
         assert recorded == {k: v for k, v in mc.__dict__.items()
                             if k != "fused"}
         assert r["tokens"] == rc.steps * rc.batch_size * mc.block_size
+
+
+def test_probes_smoke_resume_and_records(tmp_path, capsys):
+    """E10-E13 run through the same runner: one JSON per seed, skipped on
+    a second run, with the metrics their tables show."""
+    from transformer.experiments import TABLE_METRICS
+    for pid in PROBES:
+        assert main([pid, "--smoke", "--root", str(tmp_path)]) == 0
+    files = sorted(tmp_path.glob("*/*.json"))
+    assert len(files) == 2 * len(PROBES)
+    stamps = {p: p.stat().st_mtime_ns for p in files}
+    main(["E12", "--smoke", "--root", str(tmp_path)])
+    assert {p: p.stat().st_mtime_ns for p in files} == stamps
+    for p in files:
+        rec = json.loads(p.read_text())
+        assert rec["smoke"] and rec["experiment"] in PROBES
+        for metric in TABLE_METRICS[rec["experiment"]]:
+            assert math.isfinite(rec["final"][metric]), metric
+    e12 = [json.loads(p.read_text()) for p in tmp_path.glob("E12/*.json")]
+    assert all(r["final"]["max_relative_error"] == 0.0 for r in e12)
+    assert isinstance(PROBES["E10"], Probe)
+
+
+def test_attention_entropy_is_uniform_for_zero_queries_and_keys():
+    """With W_Q = W_K = 0 every score is 0, so each row is uniform over
+    its visible keys: entropy ln(i + 1) at query i, averaged."""
+    cfg = GPTConfig(vocab_size=50, block_size=12, n_layer=2, n_head=2,
+                    n_embd=8)
+    torch.manual_seed(0)
+    model = GPT(cfg)
+    with torch.no_grad():
+        for block in model.blocks:
+            block.attn.c_attn.weight[:, :16].zero_()  # W_Q | W_K columns
+            block.attn.c_attn.bias[:16].zero_()
+    ids = torch.randint(0, 50, (500,))
+    ent = attention_entropy(model, ids, batch_size=4)
+    want = sum(math.log(i + 1) for i in range(12)) / 12
+    assert len(ent) == 2
+    for e in ent:
+        assert math.isclose(e, want, rel_tol=0, abs_tol=1e-6)
