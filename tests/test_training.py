@@ -305,19 +305,6 @@ def test_sampler_limits():
         sample_ids(model, ids, 1, top_p=0)
 
 
-def test_top_k_and_top_p_keep_only_the_allowed_tokens():
-    from transformer.training import _next_token
-    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))  # (1, 4)
-    g = torch.Generator().manual_seed(0)
-    k2 = {_next_token(logits, 1.0, 2, None, g).item() for _ in range(300)}
-    assert k2 == {0, 1}
-    # nucleus 0.7: 0.5 < 0.7, 0.5 + 0.3 >= 0.7, so tokens 0 and 1
-    p7 = {_next_token(logits, 1.0, None, 0.7, g).item() for _ in range(300)}
-    assert p7 == {0, 1}
-    p9 = {_next_token(logits, 1.0, None, 0.9, g).item() for _ in range(600)}
-    assert p9 == {0, 1, 2}
-
-
 # --------------------------------------------------------------- commands
 
 @pytest.mark.parametrize("argv, message", [

@@ -32,6 +32,7 @@ import torch
 from transformer.baseline import get_batch
 from transformer.model import GPT, GPTConfig
 from transformer.optim import AdamW, clip_grad_norm, lr_at
+from transformer.sampling import sample_next
 from transformer.tokenizer import BPETokenizer
 
 
@@ -525,24 +526,6 @@ def train(model: torch.nn.Module, train_ids: torch.Tensor,
     return hist
 
 
-def _next_token(logits: torch.Tensor, temperature: float, top_k, top_p,
-                generator) -> torch.Tensor:
-    """Draw one id per row of logits (B, V); returns (B, 1)."""
-    if temperature == 0:
-        return logits.argmax(-1, keepdim=True)  # (B, 1), greedy
-    logits = logits / temperature  # (B, V)
-    if top_k is not None and top_k < logits.shape[-1]:
-        kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (B, 1)
-        logits = logits.masked_fill(logits < kth, -math.inf)  # (B, V)
-    probs = torch.softmax(logits, dim=-1)  # (B, V)
-    if top_p is not None and top_p < 1:
-        sorted_p, order = probs.sort(dim=-1, descending=True)  # (B, V)
-        before = sorted_p.cumsum(-1) - sorted_p  # (B, V) mass ahead of each
-        sorted_p = sorted_p.masked_fill(before >= top_p, 0.0)  # (B, V)
-        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
-    return torch.multinomial(probs, 1, generator=generator)  # (B, 1)
-
-
 @torch.no_grad()
 def sample_ids(model: torch.nn.Module, ids: torch.Tensor,
                max_new_tokens: int, temperature: float = 1.0,
@@ -578,9 +561,9 @@ def sample_ids(model: torch.nn.Module, ids: torch.Tensor,
     try:
         for _ in range(max_new_tokens):
             logits, _ = model(ids[:, -block:])  # (B, T', V)
-            nxt = _next_token(logits[:, -1, :].float(), temperature, top_k,
-                              top_p, generator)  # (B, 1)
-            ids = torch.cat([ids, nxt], dim=1)  # (B, T + 1)
+            nxt = sample_next(logits[:, -1, :].float(), temperature, top_k,
+                              top_p, generator)  # (B,)
+            ids = torch.cat([ids, nxt[:, None]], dim=1)  # (B, T + 1)
     finally:
         model.train(was_training)
     return ids
