@@ -13,13 +13,7 @@ from transformer import AdamW, clip_grad_norm, lr_at
 ATOL = 1e-6
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors: threads only add overhead on a shared machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def small_net(seed, dtype=torch.float32):

@@ -27,6 +27,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from transformer.model import GPTConfig
 from transformer.softmax import softmax
 
 
@@ -47,24 +48,12 @@ class ModelShape:
     norm: str = "layernorm"
 
     def __post_init__(self):
-        for name in ("vocab_size", "block_size", "n_layer", "n_head",
-                     "n_embd"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) \
-                    or value < 1:
-                raise ValueError(f"{name}: expected a positive int, "
-                                 f"got {value!r}")
-        if self.n_embd % self.n_head:
-            raise ValueError(f"n_head: expected a divisor of n_embd="
-                             f"{self.n_embd}, got {self.n_head}")
-        hidden = self.ffn_mult * self.n_embd
-        if not self.ffn_mult > 0 or hidden != int(hidden):
-            raise ValueError(f"ffn_mult: expected a positive number with "
-                             f"ffn_mult * n_embd an integer, "
-                             f"got {self.ffn_mult!r}")
-        if self.norm not in ("layernorm", "rmsnorm"):
-            raise ValueError(f"norm: expected 'layernorm' or 'rmsnorm', "
-                             f"got {self.norm!r}")
+        # the model's own checks, with its messages: a shape is valid
+        # exactly when GPTConfig accepts it
+        GPTConfig(vocab_size=self.vocab_size, block_size=self.block_size,
+                  n_layer=self.n_layer, n_head=self.n_head,
+                  n_embd=self.n_embd, ffn_mult=self.ffn_mult, norm=self.norm,
+                  bias=self.bias, tie_weights=self.tie_weights)
 
     @property
     def head_dim(self) -> int:
