@@ -283,6 +283,26 @@ def run_preset_time(args) -> dict:
                      "preset_cpu_minutes": per_step * train_cfg.steps / 60}
         print(f"{name}: {per_step:.2f} CPU s/step -> "
               f"{out[name]['preset_cpu_minutes']:.1f} CPU min", flush=True)
+    # the wall time of tiny with two threads, the machine's whole width
+    model_cfg, train_cfg = configs_from("tiny")
+    cfg = TrainConfig(**{**train_cfg.__dict__, "steps": 16,
+                         "warmup_steps": 1, "eval_batches": 1})
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        train(init_model(model_cfg, 0), train_ids, val_ids,
+              TrainConfig(**{**cfg.__dict__, "steps": 2}))  # warm-up
+        hist = train(init_model(model_cfg, 0), train_ids, val_ids, cfg)
+    finally:
+        torch.set_num_threads(before)
+    per_step = hist["wall_s"] / cfg.steps
+    out["tiny"].update(wall_s_per_step_2_threads=per_step,
+                       preset_wall_minutes_2_threads=(
+                           per_step * train_cfg.steps / 60),
+                       loadavg=list(os.getloadavg()))
+    print(f"tiny, 2 threads: {per_step:.3f} s/step -> "
+          f"{out['tiny']['preset_wall_minutes_2_threads']:.1f} min",
+          flush=True)
     return out
 
 
