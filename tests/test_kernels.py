@@ -201,3 +201,26 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="fused"):
         GPTConfig(vocab_size=8, block_size=8, n_layer=1, n_head=1,
                   n_embd=4, fused="yes")
+
+
+@pytest.mark.parametrize("rows", [3, 200])  # one-call and two-pass paths
+def test_layer_norm_both_size_paths_match_torch(rows):
+    """_normalise picks torch.var_mean for a few rows and two passes for
+    many (more than 16,384 numbers); both must be LayerNorm, forward and
+    backward, without and with autograd."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(rows, 97, generator=g, **F64).requires_grad_()
+    w = torch.randn(97, generator=g, **F64).requires_grad_()
+    b = torch.randn(97, generator=g, **F64).requires_grad_()
+    assert (x.numel() > 16384) == (rows == 200)
+    ours = layer_norm(x, w, b, 1e-5)
+    ref = F.layer_norm(x, (97,), w, b, 1e-5)
+    torch.testing.assert_close(ours, ref, rtol=0, atol=1e-12)
+    with torch.no_grad():
+        torch.testing.assert_close(layer_norm(x, w, b, 1e-5), ref.detach(),
+                                   rtol=0, atol=1e-12)
+    up = torch.randn(rows, 97, generator=g, **F64)
+    got = torch.autograd.grad((ours * up).sum(), (x, w, b))
+    want = torch.autograd.grad((ref * up).sum(), (x, w, b))
+    for a, r in zip(got, want):
+        torch.testing.assert_close(a, r, rtol=0, atol=1e-10)

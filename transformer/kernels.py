@@ -100,15 +100,32 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                          f"({q.shape[-2]}), got {k.shape[-2]}")
     if _needs_grad(q, k, v):
         return _CausalAttention.apply(q, k, v, scale, block)
+    if q.shape[-2] == 1:  # one decoded token sees every key: no mask
+        p = torch.matmul(q * scale, k.transpose(-2, -1))  # (B, H, 1, S)
+        p.sub_(p.amax(-1, keepdim=True)).exp_()
+        return torch.matmul(p.div_(p.sum(-1, keepdim=True)), v)
     return _attention_tiles(q * scale, k, v, block)[0]
 
 
+def _row_mean(x: torch.Tensor) -> torch.Tensor:
+    """Mean over the last axis, (..., D) -> (..., 1): a sum and a scale,
+    which on this CPU cost less than torch.mean (two calls, not four)."""
+    return x.sum(-1, keepdim=True).mul_(1.0 / x.shape[-1])
+
+
 def _normalise(x: torch.Tensor, eps: float):
-    """xhat = (x - mean) / sigma and 1 / sigma over the last axis. (Two
-    means rather than torch.var_mean, which measured 40x slower than a mean
-    on this book's (4096, 128) activations.)"""
-    xc = x - x.mean(-1, keepdim=True)  # (..., D)
-    rstd = (xc * xc).mean(-1, keepdim=True).add_(eps).rsqrt_()  # (..., 1)
+    """xhat = (x - mean) / sigma and 1 / sigma over the last axis.
+
+    Two ways to the same numbers, chosen by size: for a few rows (one
+    decoded token) torch.var_mean gives both moments in one call; for a
+    training batch it is slow (measured 6.5 ms against 3.2 ms for two
+    passes on this book's (4096, 128) activations), so two passes."""
+    if x.numel() <= 16384:
+        var, mu = torch.var_mean(x, dim=-1, correction=0, keepdim=True)
+        rstd = var.add_(eps).rsqrt_()  # (..., 1)
+        return (x - mu).mul_(rstd), rstd
+    xc = x - _row_mean(x)  # (..., D)
+    rstd = _row_mean(xc * xc).add_(eps).rsqrt_()  # (..., 1)
     return xc.mul_(rstd), rstd
 
 
@@ -126,8 +143,8 @@ class _LayerNorm(torch.autograd.Function):
     def backward(ctx, dy):
         xhat, rstd, weight = ctx.saved_tensors
         g = dy * weight  # (..., D)
-        dx = (g - g.mean(-1, keepdim=True)
-              - xhat * (g * xhat).mean(-1, keepdim=True))  # eq-layernorm-b.
+        dx = (g - _row_mean(g)
+              - xhat * _row_mean(g * xhat))  # eq-layernorm-backward
         rows = tuple(range(dy.dim() - 1))
         dw = (dy * xhat).sum(rows)  # (D,)
         db = dy.sum(rows) if ctx.has_bias else None  # (D,)
@@ -150,7 +167,7 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor,
 class _RMSNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, eps: float):
-        rrms = (x * x).mean(-1, keepdim=True).add_(eps).rsqrt_()  # (..., 1)
+        rrms = _row_mean(x * x).add_(eps).rsqrt_()  # (..., 1)
         xhat = x * rrms  # (..., D)
         ctx.save_for_backward(xhat, rrms, weight)
         return xhat * weight  # (..., D)
@@ -159,7 +176,7 @@ class _RMSNorm(torch.autograd.Function):
     def backward(ctx, dy):
         xhat, rrms, weight = ctx.saved_tensors
         g = dy * weight  # (..., D)
-        dx = (g - xhat * (g * xhat).mean(-1, keepdim=True)).mul_(rrms)
+        dx = (g - xhat * _row_mean(g * xhat)).mul_(rrms)
         return dx, (dy * xhat).sum(tuple(range(dy.dim() - 1))), None
 
 
@@ -170,7 +187,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor,
     "Backward passes by hand", move 5."""
     if _needs_grad(x, weight):
         return _RMSNorm.apply(x, weight, eps)
-    rrms = (x * x).mean(-1, keepdim=True).add_(eps).rsqrt_()  # (..., 1)
+    rrms = _row_mean(x * x).add_(eps).rsqrt_()  # (..., 1)
     return (x * rrms).mul_(weight)  # (..., D)
 
 

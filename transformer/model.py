@@ -204,6 +204,12 @@ class Linear(nn.Module):
         return y.view(*x.shape[:-1], y.shape[-1])  # (..., out)
 
 
+def _dropout(p: float) -> nn.Module:
+    """nn.Dropout(p), or an empty module call when p == 0 (a decoded token
+    is all per-call overhead)."""
+    return nn.Dropout(p) if p > 0 else nn.Identity()
+
+
 def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
     """GELU, tanh approximation (GPT-2's "gelu_new"), elementwise. Derived
     in chapter "Multi-head attention, the block and the GPT model",
@@ -235,7 +241,7 @@ class CausalSelfAttention(nn.Module):
         self.fused = config.fused
         self.c_attn = Linear(D, 3 * D, bias=config.bias)  # W_Q|W_K|W_V
         self.c_proj = Linear(D, D, bias=config.bias)  # W_O
-        self.resid_dropout = nn.Dropout(config.dropout)
+        self.resid_dropout = _dropout(config.dropout)
 
     def forward(self, x: torch.Tensor, start_pos: int = 0,
                 cache=None) -> torch.Tensor:
@@ -274,7 +280,7 @@ class MLP(nn.Module):
         D, F = config.n_embd, config.ffn_dim
         self.c_fc = Linear(D, F, bias=config.bias)
         self.c_proj = Linear(F, D, bias=config.bias)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = _dropout(config.dropout)
         self.gelu = kernels.gelu_tanh if config.fused else gelu_tanh
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -325,7 +331,7 @@ class GPT(nn.Module):
         self.wte = nn.Embedding(V, D)  # token embedding E, (V, D)
         self.wpe = (nn.Embedding(config.block_size, D)
                     if config.pos_encoding == "learned" else None)
-        self.drop = nn.Dropout(config.dropout)
+        self.drop = _dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config)
                                     for _ in range(config.n_layer))
         self.ln_f = (_make_norm(config) if config.norm_position == "pre"
@@ -364,7 +370,7 @@ class GPT(nn.Module):
                 or idx.dim() != 2):
             raise ValueError("idx: expected an int64 tensor of shape (B, T)")
         B, T = idx.shape
-        lo, hi = idx.aminmax() if idx.numel() else (0, 0)
+        lo, hi = map(int, idx.aminmax()) if idx.numel() else (0, 0)
         if lo < 0 or hi >= cfg.vocab_size:
             raise ValueError(f"idx: expected token ids in [0, vocab_size = "
                              f"{cfg.vocab_size}), got range [{lo}, {hi}]")
