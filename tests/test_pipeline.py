@@ -154,5 +154,9 @@ def test_constants_and_entry_points_stay_in_their_module():
            "def train_main(): pass\ndef train(): pass\n"]
     assert literate.constant_names(src) == {"GPT_NAME"}
     ch = literate.Chapter(ROOT / "chapters" / "x.md", "x", src)
+    assert literate.exported_names(ch) == ["GPT", "train"]
+    module = literate.render_module(ch)
+    assert '__all__ = [\n    "GPT",\n    "train",\n]' in module
     init = literate.render_init([ch])
-    assert "from .x import GPT, train  # noqa: F401" in init
+    assert "from .x import *  # noqa: F401,F403" in init
+    assert '_MODULES = (\n    "x",\n)' in init

@@ -406,8 +406,8 @@ class GPT(nn.Module):
     def from_hf_gpt2(cls, hf_model) -> "GPT":
         """Build this model from a Hugging Face GPT2LMHeadModel, copying its
         weights. HF's Conv1D stores (in, out), as this book's Linear does,
-        so nothing is transposed. Derived in chapter "Multi-head attention, the block and
-        the GPT model", section "Loading GPT-2"."""
+        so nothing is transposed. Derived in chapter "Multi-head attention,
+        the block and the GPT model", section "Loading GPT-2"."""
         c = hf_model.config
         act = getattr(c, "activation_function", None)
         if act not in ("gelu_new", "gelu_pytorch_tanh"):
