@@ -28,7 +28,7 @@ def _attention_tiles(qs, k, v, block: int):
     """Forward of causal attention on pre-scaled queries qs = q * scale.
 
     Shapes: qs (B, H, T, Dh), k (B, H, S, Dh), v (B, H, S, Dv), S >= T ->
-    out (B, H, T, Dv) and the list of weight tiles P[a:b, :e], each
+    out (B, H, T, Dv) and the list of weight tiles A[a:b, :e], each
     (B, H, b - a, e) with e = b + S - T (move 4)."""
     T, S = qs.shape[-2], k.shape[-2]
     hide = None  # (block, block), True above the diagonal; made if needed
@@ -74,8 +74,8 @@ class _CausalAttention(torch.autograd.Function):
             b, e = a + p.shape[-2], p.shape[-1]
             do = dout[..., a:b, :]  # (B, H, b-a, Dv)
             dv[..., :e, :] += torch.matmul(p.transpose(-2, -1), do)
-            ds = torch.matmul(do, v[..., :e, :].transpose(-2, -1))  # dP
-            ds.sub_(delta[..., a:b, :]).mul_(p)  # dS, eq-softmax-backward
+            ds = torch.matmul(do, v[..., :e, :].transpose(-2, -1))  # dA
+            ds.sub_(delta[..., a:b, :]).mul_(p)  # eq-softmax-backward
             dq[..., a:b, :] = torch.matmul(ds, k[..., :e, :])
             dk[..., :e, :] += torch.matmul(ds.transpose(-2, -1),
                                            qs[..., a:b, :])
@@ -192,24 +192,24 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor,
 
 
 def _gelu_gate(x: torch.Tensor) -> torch.Tensor:
-    """s = sigmoid(2u), u = c (x + a x^3), elementwise (eq-gelu-sigmoid)."""
-    s = x * x
-    return s.mul_(2 * _GELU_C * _GELU_A).add_(2 * _GELU_C).mul_(x).sigmoid_()
+    """r = sig(2u), u = c (x + a x^3), elementwise (eq-gelu-sigmoid)."""
+    r = x * x
+    return r.mul_(2 * _GELU_C * _GELU_A).add_(2 * _GELU_C).mul_(x).sigmoid_()
 
 
 class _GeluTanh(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
-        s = _gelu_gate(x)
-        ctx.save_for_backward(x, s)
-        return x * s
+        r = _gelu_gate(x)
+        ctx.save_for_backward(x, r)
+        return x * r
 
     @staticmethod
     def backward(ctx, dy):
-        x, s = ctx.saved_tensors
-        d = x * x  # becomes x * du2/dx = x * 2c (1 + 3 a x^2)
+        x, r = ctx.saved_tensors
+        d = x * x  # becomes x * d(2u)/dx = x * 2c (1 + 3 a x^2)
         d.mul_(6 * _GELU_C * _GELU_A).add_(2 * _GELU_C).mul_(x)
-        d.mul_(1 - s).add_(1).mul_(s)  # s + x s (1 - s) du2/dx
+        d.mul_(1 - r).add_(1).mul_(r)  # r + x r (1 - r) d(2u)/dx
         return d.mul_(dy)
 
 
