@@ -221,3 +221,19 @@ def test_attention_entropy_is_uniform_for_zero_queries_and_keys():
     assert len(ent) == 2
     for e in ent:
         assert math.isclose(e, want, rel_tol=0, abs_tol=1e-6)
+
+
+def test_heldout_nll_is_evaluate_per_token():
+    """The per-token losses E13 takes its standard error from average to
+    the training chapter's full-stream evaluation, and leave the mode."""
+    from transformer.experiments import heldout_nll
+    from transformer.training import evaluate
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=40, block_size=16, n_layer=1,
+                          n_head=2, n_embd=16))
+    ids = torch.randint(0, 40, (200,))
+    nll = heldout_nll(model, ids, T=16)
+    assert nll.shape == ((200 - 1) // 16 * 16,) and nll.dtype == torch.float64
+    assert model.training
+    assert math.isclose(nll.mean().item(), evaluate(model, ids, 16, 4, None),
+                        rel_tol=0, abs_tol=1e-5)

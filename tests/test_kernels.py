@@ -58,12 +58,15 @@ def test_attention_equals_sdpa(T, extra, block, scale, seed):
         torch.testing.assert_close(a, t.grad, rtol=0, atol=1e-10)
 
 
-def test_attention_no_grad_path_equals_autograd_path():
-    q, k, v = _qkv(2, 3, 9, 11, 4)
+@pytest.mark.parametrize("T", [9, 1])  # tiles; the single-query path
+def test_attention_no_grad_path_equals_autograd_path(T):
+    q, k, v = _qkv(2, 3, T, 11, 4)
     with_grad = causal_attention(q, k, v, 0.5, 4)
     with torch.no_grad():
         bare = causal_attention(q, k, v, 0.5, 4)
     assert torch.equal(with_grad.detach(), bare)
+    torch.testing.assert_close(bare, _sdpa_causal(q, k, v, 0.5).detach(),
+                               rtol=0, atol=1e-12)
 
 
 def test_attention_tiles_skip_the_masked_half():

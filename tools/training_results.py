@@ -31,17 +31,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
 
 import torch  # noqa: E402
 
-import transformer.model as model_module  # noqa: E402
-from transformer import kernels  # noqa: E402
-from transformer.attention import causal_mask  # noqa: E402
+import literate  # noqa: E402
 from transformer.baseline import (bigram_counts, bigram_loss,  # noqa: E402
                                   token_stream)
 from transformer.bench import environment  # noqa: E402
-from transformer.model import Block, GPTConfig  # noqa: E402
-from transformer.softmax import softmax  # noqa: E402
+from transformer.experiments import (heldout_nll, overfit_config,  # noqa
+                                     shuffled_config)
+from transformer.model import GPTConfig  # noqa: E402
 from transformer.training import (PRESETS, TrainConfig,  # noqa: E402
                                   configs_from, evaluate, init_model, train)
 
@@ -50,50 +50,12 @@ ALPHA = 0.1  # the smoothing chapter 07's development set chose
 
 
 # ------------------------------------------------- the two deliberate bugs
-
-@contextlib.contextmanager
-def detached_residual():
-    """Bug 1: every block's update reaches the forward pass but not the
-    backward one, x + (block(x) - x).detach(): no block parameter learns."""
-    real = Block.forward
-
-    def forward(self, x, start_pos=0, cache=None):
-        out = real(self, x, start_pos, cache)  # (B, T, D)
-        return x + (out - x).detach()  # (B, T, D), same value
-    Block.forward = forward
-    try:
-        yield
-    finally:
-        Block.forward = real
-
-
-def attention_mask_after_softmax(q, k, v, mask=None, scale=None):
-    """Bug 2: normalise over every key, then zero the future ones."""
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    scores = (q @ k.transpose(-2, -1)) * scale  # (B, H, T, S)
-    weights = softmax(scores)  # (B, H, T, S), future keys in the sum
-    if mask is not None:
-        weights = weights.masked_fill(~mask, 0.0)  # (B, H, T, S)
-    return weights @ v, weights  # (B, H, T, Dv)
-
-
-def causal_mask_after_softmax(q, k, v, scale, block=64):
-    """The same bug behind the fused model's entry point (chapter
-    "Backward passes by hand"): it builds the causal mask itself."""
-    mask = causal_mask(q.shape[2], k.shape[2])  # (T, S)
-    return attention_mask_after_softmax(q, k, v, mask, scale)[0]
-
-
-@contextlib.contextmanager
-def mask_after_softmax():
-    """Patch both attention paths: the teaching one and the fused one."""
-    real = model_module.attention, kernels.causal_attention
-    model_module.attention = attention_mask_after_softmax
-    kernels.causal_attention = causal_mask_after_softmax
-    try:
-        yield
-    finally:
-        model_module.attention, kernels.causal_attention = real
+# The chapter's own definitions (chapter "Training", section "Breaking it
+# on purpose"), loaded from its source so that no copy can drift.
+detached_residual = literate.chapter_definition("09_training",
+                                                "detached_residual")
+mask_after_softmax = literate.chapter_definition("09_training",
+                                                 "mask_after_softmax")
 
 
 BUGS = {"correct": contextlib.nullcontext, "detached": detached_residual,
@@ -119,10 +81,7 @@ def run_e10(args) -> dict:
     _, train_ids, _ = token_stream(1024)
     corpus = train_ids[:200].clone()  # (200,)
     V = tiny_model_config().vocab_size
-    cfg = TrainConfig(steps=args.steps or 300, batch_size=8, lr=3e-3,
-                      min_lr=3e-3, warmup_steps=10, weight_decay=0.0,
-                      grad_clip=1.0, eval_interval=10, eval_batches=1,
-                      seq_len=64, seed=0)
+    cfg = overfit_config(args.steps or 300, seed=0, eval_interval=10)
     out = {"corpus_tokens": len(corpus),
            "distinct_tokens": int(corpus.unique().numel()),
            "bigram_conditional_entropy": conditional_entropy(corpus, V),
@@ -151,10 +110,8 @@ def run_shuffled(args) -> dict:
     g = torch.Generator().manual_seed(1234)
     train_ids = torch.randint(0, V, (100_000,), generator=g)  # (N,)
     val_ids = torch.randint(0, V, (50_000,), generator=g)  # (M,)
-    cfg = TrainConfig(steps=args.steps or 200, batch_size=8, lr=3e-3,
-                      min_lr=3e-4, warmup_steps=20, weight_decay=0.1,
-                      grad_clip=1.0, eval_interval=20, eval_batches=8,
-                      seq_len=64, seed=0)
+    cfg = shuffled_config(args.steps or 200, seed=0, eval_interval=20,
+                          eval_batches=8)
     out = {"V": V, "ln_V": math.log(V), "train_tokens": len(train_ids),
            "config": cfg.__dict__, "runs": {}}
     for name in ("correct", "mask_after_softmax"):
@@ -164,13 +121,7 @@ def run_shuffled(args) -> dict:
             hist = train(model, train_ids, val_ids, cfg)
             full = evaluate(model, val_ids, 64, 32, None)
             # per-token losses, for the standard error of the estimate
-            model.eval()
-            n = (len(val_ids) - 1) // 64
-            with torch.no_grad():
-                logits, _ = model(val_ids[:n * 64].view(n, 64))  # (n, T, V)
-            logp = torch.log_softmax(logits.double(), -1)  # (n, T, V)
-            y = val_ids[1:n * 64 + 1].view(n, 64)  # (n, T)
-            per_token = -logp.gather(-1, y[..., None]).view(-1)  # (n T,)
+            per_token = heldout_nll(model, val_ids)  # (n T,)
         out["runs"][name] = {
             "train_loss": hist["train_loss"], "val_steps": hist["val_steps"],
             "val_loss": hist["val_loss"], "final_val_loss": full,

@@ -17,6 +17,9 @@ __all__ = [
     "summary_rows",
     "summary_table",
     "Probe",
+    "overfit_config",
+    "shuffled_config",
+    "heldout_nll",
     "measure_e10",
     "measure_e13",
     "measure_e11",
@@ -734,16 +737,49 @@ def _tiny_config(smoke: bool, **overrides) -> GPTConfig:
     return GPTConfig(**mc)
 
 
+def overfit_config(steps: int = 300, seed: int = 0,
+                   eval_interval: int | None = None) -> TrainConfig:
+    """E10's recipe (chapter "Training"): windows of 64 of a 200-token
+    corpus, a constant learning rate after a short warm-up, no decay."""
+    return TrainConfig(steps=steps, batch_size=8, lr=3e-3, min_lr=3e-3,
+                       warmup_steps=min(10, steps), weight_decay=0.0,
+                       eval_interval=eval_interval or steps,
+                       eval_batches=1, seq_len=64, seed=seed)
+
+
+def shuffled_config(steps: int = 200, seed: int = 0,
+                    eval_interval: int | None = None,
+                    eval_batches: int = 1) -> TrainConfig:
+    """E13's recipe (chapter "Training"): the tiny preset's optimiser
+    settings on windows of 64 uniformly random tokens."""
+    return TrainConfig(steps=steps, batch_size=8, lr=3e-3, min_lr=3e-4,
+                       warmup_steps=min(20, steps), weight_decay=0.1,
+                       eval_interval=eval_interval or steps,
+                       eval_batches=eval_batches, seq_len=64, seed=seed)
+
+
+def heldout_nll(model: GPT, ids: torch.Tensor, T: int = 64) -> torch.Tensor:
+    """Loss in nats of every target of consecutive windows of T tokens,
+    in float64: (n T,) for n = (len(ids) - 1) // T. The spread of these
+    gives the standard error of a held-out loss; their mean is
+    transformer.training.evaluate(model, ids, T, B, None). Section
+    "Probes"."""
+    was_training = model.training
+    model.eval()
+    n = (len(ids) - 1) // T
+    with torch.no_grad():
+        logits, _ = model(ids[:n * T].view(n, T))  # (n, T, V)
+    model.train(was_training)
+    y = ids[1:n * T + 1].view(n, T)  # (n, T)
+    return cross_entropy(logits.double(), y, reduction="none").view(-1)
+
+
 def measure_e10(seed: int, smoke: bool = False) -> dict:
     """E10: the tiny preset's model overfits 200 training tokens; the
     loss over all of them after 300 steps. Section "Probes"."""
     _, train_ids, _ = token_stream(1024)
     corpus = train_ids[:200].clone()  # (200,)
-    steps = 4 if smoke else 300
-    cfg = TrainConfig(steps=steps, batch_size=8, lr=3e-3, min_lr=3e-3,
-                      warmup_steps=min(10, steps), weight_decay=0.0,
-                      eval_interval=steps, eval_batches=1, seq_len=64,
-                      seed=seed)
+    cfg = overfit_config(4 if smoke else 300, seed)
     model = init_model(_tiny_config(smoke), seed)
     hist = train(model, corpus, corpus, cfg)
     loss = evaluate(model, corpus, 64, 8, None)
@@ -760,18 +796,10 @@ def measure_e13(seed: int, smoke: bool = False) -> dict:
     train_ids = torch.randint(0, V, (100_000,), generator=g)  # (N,)
     val_ids = torch.randint(0, V, (2_000 if smoke else 50_000,),
                             generator=g)  # (M,)
-    steps = 4 if smoke else 200
-    cfg = TrainConfig(steps=steps, batch_size=8, lr=3e-3, min_lr=3e-4,
-                      warmup_steps=min(20, steps), eval_interval=steps,
-                      eval_batches=1, seq_len=64, seed=seed)
+    cfg = shuffled_config(4 if smoke else 200, seed)
     model = init_model(_tiny_config(smoke), seed)
     train(model, train_ids, val_ids, cfg)
-    model.eval()
-    n = (len(val_ids) - 1) // 64
-    with torch.no_grad():
-        logits, _ = model(val_ids[:n * 64].view(n, 64))  # (n, 64, V)
-    y = val_ids[1:n * 64 + 1].view(n, 64)  # (n, 64)
-    nll = cross_entropy(logits.double(), y, reduction="none").view(-1)
+    nll = heldout_nll(model, val_ids)  # (n T,)
     return {"excess": nll.mean().item() - math.log(V),
             "se": (nll.std() / nll.numel() ** 0.5).item(),
             "n_tokens": nll.numel()}
