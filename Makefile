@@ -3,14 +3,17 @@
 #   make test        the whole test suite: tests/ plus every notebook (nbval)
 #   make export      chapters/*.md -> transformer/*.py
 #   make notebooks   export, then regenerate and execute book/*.ipynb
-#                    (one chapter: make notebooks NB=01_softmax)
-#   make all         export, notebooks, test, book
+#                    (one chapter: make notebooks NB=01_softmax); also
+#                    rewrites the execution record and book/status.md
+#   make numbers     collect the executed notebooks' glued numbers into
+#                    results/report/book_numbers.json (what REPORT.md quotes)
+#   make all         export, notebooks, numbers, test, book
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 NB     ?=
 
-.PHONY: setup data mathjax export notebooks test book all clean
+.PHONY: setup data mathjax export notebooks numbers test test-other-host book all clean
 .DEFAULT_GOAL := book
 
 setup: $(VENV)/.installed data mathjax
@@ -33,13 +36,20 @@ export: $(VENV)/.installed
 notebooks: export
 	$(PY) tools/literate.py execute $(NB)
 
+numbers: $(VENV)/.installed
+	$(PY) tools/book_numbers.py
+
 test: setup
 	$(PY) -m pytest
+
+# The notebooks on a simulated other machine (needs unshare; see the script).
+test-other-host: setup
+	tools/other_host.sh $(PY) -m pytest book
 
 book: setup
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going
 
-all: notebooks test book
+all: notebooks numbers test book
 
 clean:
 	rm -rf _build .pytest_cache

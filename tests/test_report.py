@@ -133,6 +133,6 @@ def test_chapter_tables_match_json():
 
 def test_book_numbers_fresh():
     """results/report/book_numbers.json equals what the executed notebooks
-    hold now (rerun `python tools/book_numbers.py` after re-executing)."""
+    hold now (run `make numbers` after re-executing)."""
     import book_numbers
     assert book_numbers.main(["--check"]) == 0

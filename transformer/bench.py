@@ -7,6 +7,7 @@ __all__ = [
     "median_ci",
     "latency_summary",
     "cpu_model",
+    "cpu_caches",
     "environment",
     "time_calls",
     "benchmark",
@@ -99,6 +100,25 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_caches() -> dict:
+    """Per-level cache sizes of CPU 0 from /sys (Linux), e.g. {"L2": "2048K"}.
+
+    Empty where the kernel does not expose them. Defined in appendix
+    "Measuring honestly", section "The code"."""
+    found = {}
+    base = Path("/sys/devices/system/cpu/cpu0/cache")
+    for index in sorted(base.glob("index*")):
+        try:
+            level = (index / "level").read_text().strip()
+            kind = (index / "type").read_text().strip()
+            size = (index / "size").read_text().strip()
+        except OSError:
+            continue
+        if kind != "Instruction":  # data and unified caches only
+            found[f"L{level}"] = size
+    return found
+
+
 def environment() -> dict:
     """What a timing depends on, recorded next to every measurement.
 
@@ -118,6 +138,7 @@ def environment() -> dict:
         "torch_interop_threads": torch.get_num_interop_threads(),
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
+        "cpu_caches": cpu_caches(),
         "loadavg": list(os.getloadavg()) if hasattr(os, "getloadavg")
         else None,
         "platform": platform.platform(),
