@@ -6,7 +6,6 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-import transformer  # noqa: F401  (attaches GPT.generate)
 from transformer.cost_model import kv_cache_bytes
 from transformer.kv_cache import KVCache, generate, make_caches
 from transformer.model import GPT, GPTConfig
@@ -48,8 +47,8 @@ def test_cached_greedy_tokens_identical(pos_encoding):
     model = tiny(pos_encoding)
     idx = torch.randint(0, 61, (2, 5),
                         generator=torch.Generator().manual_seed(2))
-    a = model.generate(idx, 40, temperature=0, use_cache=True)
-    b = model.generate(idx, 40, temperature=0, use_cache=False)
+    a = generate(model, idx, 40, temperature=0, use_cache=True)
+    b = generate(model, idx, 40, temperature=0, use_cache=False)
     assert torch.equal(a, b)
     assert torch.equal(a[:, :5], idx) and a.shape == (2, 45)
 
@@ -60,9 +59,9 @@ def test_cached_sampling_identical_with_same_seed(pos_encoding):
     idx = torch.randint(0, 61, (2, 3),
                         generator=torch.Generator().manual_seed(3))
     kw = dict(temperature=0.9, top_k=20, top_p=0.95)
-    a = model.generate(idx, 30, use_cache=True,
+    a = generate(model, idx, 30, use_cache=True,
                        generator=torch.Generator().manual_seed(4), **kw)
-    b = model.generate(idx, 30, use_cache=False,
+    b = generate(model, idx, 30, use_cache=False,
                        generator=torch.Generator().manual_seed(4), **kw)
     assert torch.equal(a, b)
 
@@ -113,7 +112,7 @@ def test_matches_hugging_face_gpt2_with_its_cache():
         ref = hf.generate(idx, max_new_tokens=30, do_sample=False,
                           use_cache=True, pad_token_id=0,
                           attention_mask=torch.ones_like(idx))
-    got = ours.generate(idx, 30, temperature=0)
+    got = generate(ours, idx, 30, temperature=0)
     assert torch.equal(got, ref)
 
 
@@ -154,4 +153,4 @@ def test_generate_rejects_bad_arguments():
 def test_zero_new_tokens_returns_prompt():
     model = tiny()
     idx = torch.arange(5)[None]  # (1, 5)
-    assert torch.equal(model.generate(idx, 0), idx)
+    assert torch.equal(generate(model, idx, 0), idx)

@@ -11,7 +11,7 @@ import yaml
 
 import literate  # tools/, put on sys.path by the root conftest.py
 
-ROOT = literate.ROOT
+ROOT = literate.Paths.ROOT
 
 
 def test_package_matches_fresh_export():
@@ -53,10 +53,10 @@ def tree(tmp_path, monkeypatch):
     for name in ("chapters", "book", "transformer"):
         shutil.copytree(ROOT / name, tmp_path / name,
                         ignore=shutil.ignore_patterns("_static", "*.pyc"))
-    monkeypatch.setattr(literate, "ROOT", tmp_path)
-    monkeypatch.setattr(literate, "CHAPTERS", tmp_path / "chapters")
-    monkeypatch.setattr(literate, "BOOK", tmp_path / "book")
-    monkeypatch.setattr(literate, "PACKAGE", tmp_path / "transformer")
+    monkeypatch.setattr(literate.Paths, "ROOT", tmp_path)
+    monkeypatch.setattr(literate.Paths, "CHAPTERS", tmp_path / "chapters")
+    monkeypatch.setattr(literate.Paths, "BOOK", tmp_path / "book")
+    monkeypatch.setattr(literate.Paths, "PACKAGE", tmp_path / "transformer")
     assert literate.package_problems() == []
     assert literate.notebook_problems() == []
     return tmp_path
@@ -158,5 +158,22 @@ def test_constants_and_entry_points_stay_in_their_module():
     module = literate.render_module(ch)
     assert '__all__ = [\n    "GPT",\n    "train",\n]' in module
     init = literate.render_init([ch])
-    assert "from .x import *  # noqa: F401,F403" in init
-    assert '_MODULES = (\n    "x",\n)' in init
+    assert '_WHERE = {  # public name -> module defining it\n' \
+        '    "GPT": "x",\n    "train": "x",\n}' in init
+
+
+def test_a_name_exported_by_two_modules_is_an_error():
+    a = literate.Chapter(ROOT / "chapters" / "a.md", "a", ["def f(): pass"])
+    b = literate.Chapter(ROOT / "chapters" / "b.md", "b", ["def f(): pass"])
+    with pytest.raises(ValueError, match="'f' is exported by both"):
+        literate.render_init([a, b])
+
+
+def test_package_import_is_lazy_and_functions_win_over_modules():
+    import subprocess
+    import sys
+    code = ("import sys, transformer; assert 'torch' not in sys.modules; "
+            "import transformer.softmax; from transformer import softmax; "
+            "assert callable(softmax) and transformer.softmax is softmax; "
+            "from transformer import *; assert 'GPT' in dir()")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

@@ -8,7 +8,7 @@ import torch
 from transformers.generation.logits_process import (TopKLogitsWarper,
                                                     TopPLogitsWarper)
 
-import transformer  # noqa: F401  (attaches GPT.generate, GPT.beam_search)
+from transformer.kv_cache import generate
 from transformer.model import GPT, GPTConfig
 from transformer.sampling import (beam_search, next_token_probs,
                                   sample_next, top_k_filter, top_p_filter)
@@ -86,28 +86,28 @@ def test_temperature_to_zero_is_greedy():
     assert torch.equal(cold, greedy)
     model = tiny()
     idx = torch.randint(0, 61, (2, 4), generator=g)  # (B, T0)
-    a = model.generate(idx, 20, temperature=1e-4,
+    a = generate(model, idx, 20, temperature=1e-4,
                        generator=torch.Generator().manual_seed(6))
-    assert torch.equal(a, model.generate(idx, 20, temperature=0))
+    assert torch.equal(a, generate(model, idx, 20, temperature=0))
 
 
 def test_top_k_one_is_greedy():
     model = tiny()
     idx = torch.randint(0, 61, (3, 2),
                         generator=torch.Generator().manual_seed(7))
-    a = model.generate(idx, 15, temperature=1.5, top_k=1,
+    a = generate(model, idx, 15, temperature=1.5, top_k=1,
                        generator=torch.Generator().manual_seed(8))
-    assert torch.equal(a, model.generate(idx, 15, temperature=0))
+    assert torch.equal(a, generate(model, idx, 15, temperature=0))
 
 
 def test_seeded_generator_reproduces_tokens():
     model = tiny()
     idx = torch.zeros(2, 1, dtype=torch.int64)
-    runs = [model.generate(idx, 25, temperature=1.0, top_p=0.9,
+    runs = [generate(model, idx, 25, temperature=1.0, top_p=0.9,
                            generator=torch.Generator().manual_seed(9))
             for _ in range(2)]
     assert torch.equal(runs[0], runs[1])
-    other = model.generate(idx, 25, temperature=1.0, top_p=0.9,
+    other = generate(model, idx, 25, temperature=1.0, top_p=0.9,
                            generator=torch.Generator().manual_seed(10))
     assert not torch.equal(runs[0], other)
 
@@ -128,8 +128,8 @@ def test_beam_width_one_is_greedy():
     for seed in range(3):
         idx = torch.randint(0, 61, (1, 3),
                             generator=torch.Generator().manual_seed(seed))
-        beam = model.beam_search(idx, 12, beam_width=1)
-        assert torch.equal(beam, model.generate(idx, 12, temperature=0))
+        beam = beam_search(model, idx, 12, beam_width=1)
+        assert torch.equal(beam, generate(model, idx, 12, temperature=0))
 
 
 def sequence_logprob(model, seq, T0):
@@ -152,10 +152,10 @@ def test_wide_beam_finds_exhaustive_optimum(seed):
                           itertools.product(range(V), repeat=n)])  # (125, 4)
     scores = sequence_logprob(model, every, 1)  # (125,)
     best = every[scores.argmax()][None]
-    wide = model.beam_search(prompt, n, beam_width=V ** (n - 1),
+    wide = beam_search(model, prompt, n, beam_width=V ** (n - 1),
                              length_penalty=0.0)
     assert torch.equal(wide, best)
-    greedy = model.generate(prompt, n, temperature=0)
+    greedy = generate(model, prompt, n, temperature=0)
     assert sequence_logprob(model, greedy, 1) <= scores.max() + 1e-12
 
 
@@ -168,7 +168,7 @@ def test_beam_stops_at_end_of_text():
         model.ln_f.bias[0] = 1.0
         model.lm_head.weight[:, 0] = 0.0
         model.lm_head.weight[eos, 0] = 5.0
-    out = model.beam_search(torch.tensor([[1]]), 8, beam_width=2,
+    out = beam_search(model, torch.tensor([[1]]), 8, beam_width=2,
                             eos_id=eos)
     assert out.tolist() == [[1, eos]]  # stops at once: -0.04 nats, n = 1
 

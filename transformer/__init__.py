@@ -4,44 +4,160 @@
 
 Every public name below is derived in the chapter named in its
 module's banner; `help(name)` points to the section."""
+_WHERE = {  # public name -> module defining it
+    "softmax": "softmax",
+    "log_softmax": "softmax",
+    "check_targets": "softmax",
+    "cross_entropy": "softmax",
+    "CorpusUnavailableError": "data",
+    "default_cache_dir": "data",
+    "sha256_of": "data",
+    "fetch_corpus_archive": "data",
+    "load_documents": "data",
+    "load_corpus": "data",
+    "train_val_split": "data",
+    "merge_pair": "tokenizer",
+    "BPETokenizer": "tokenizer",
+    "causal_mask": "attention",
+    "attention": "attention",
+    "sinusoidal_encoding": "positions",
+    "apply_rope": "positions",
+    "GPTConfig": "model",
+    "gpt_param_count": "model",
+    "LayerNorm": "model",
+    "RMSNorm": "model",
+    "Linear": "model",
+    "gelu_tanh": "model",
+    "CausalSelfAttention": "model",
+    "MLP": "model",
+    "Block": "model",
+    "GPT": "model",
+    "token_stream": "baseline",
+    "get_batch": "baseline",
+    "unigram_loss": "baseline",
+    "bigram_counts": "baseline",
+    "bigram_loss": "baseline",
+    "BigramLM": "baseline",
+    "compressed_bits_per_byte": "baseline",
+    "AdamW": "optim",
+    "lr_at": "optim",
+    "clip_grad_norm": "optim",
+    "TrainConfig": "training",
+    "evaluate": "training",
+    "save_checkpoint": "training",
+    "load_checkpoint": "training",
+    "model_from_checkpoint": "training",
+    "train": "training",
+    "sample_ids": "training",
+    "configs_from": "training",
+    "init_model": "training",
+    "ModelShape": "cost_model",
+    "model_shape": "cost_model",
+    "param_breakdown": "cost_model",
+    "param_count": "cost_model",
+    "forward_flops": "cost_model",
+    "attention_flop_share": "cost_model",
+    "flop_crossover_length": "cost_model",
+    "score_matrix_bytes": "cost_model",
+    "activation_bytes": "cost_model",
+    "kv_cache_bytes": "cost_model",
+    "kv_crossover_length": "cost_model",
+    "cost_table": "cost_model",
+    "format_cost_table": "cost_model",
+    "attention_timing_parts": "cost_model",
+    "top_k_filter": "sampling",
+    "top_p_filter": "sampling",
+    "next_token_probs": "sampling",
+    "sample_next": "sampling",
+    "beam_search": "sampling",
+    "KVCache": "kv_cache",
+    "make_caches": "kv_cache",
+    "generate": "kv_cache",
+    "mean_sd": "stats",
+    "normal_cdf": "stats",
+    "normal_quantile": "stats",
+    "t_cdf": "stats",
+    "t_quantile": "stats",
+    "Summary": "stats",
+    "bootstrap_ci": "stats",
+    "summarize": "stats",
+    "paired_difference": "stats",
+    "unpaired_difference": "stats",
+    "format_summary": "stats",
+    "top1_confidence": "calibration",
+    "ReliabilityBins": "calibration",
+    "reliability_bins": "calibration",
+    "expected_calibration_error": "calibration",
+    "nll_derivatives": "calibration",
+    "temperature_nll": "calibration",
+    "fit_temperature": "calibration",
+    "RunConfig": "experiments",
+    "Experiment": "experiments",
+    "evaluate_windows": "experiments",
+    "init_grad_norms": "experiments",
+    "attention_entropy": "experiments",
+    "train_run": "experiments",
+    "run_point": "experiments",
+    "run_probe": "experiments",
+    "default_results_dir": "experiments",
+    "run_experiment": "experiments",
+    "load_runs": "experiments",
+    "summary_rows": "experiments",
+    "summary_table": "experiments",
+    "Probe": "experiments",
+    "overfit_config": "experiments",
+    "shuffled_config": "experiments",
+    "heldout_nll": "experiments",
+    "measure_e10": "experiments",
+    "measure_e13": "experiments",
+    "measure_e11": "experiments",
+    "measure_e12": "experiments",
+    "causal_attention": "kernels",
+    "layer_norm": "kernels",
+    "rms_norm": "kernels",
+    "gelu_tanh_fused": "kernels",
+    "cross_entropy_mean": "kernels",
+    "quantile": "bench",
+    "median_ci": "bench",
+    "latency_summary": "bench",
+    "cpu_model": "bench",
+    "cpu_caches": "bench",
+    "environment": "bench",
+    "time_calls": "bench",
+    "benchmark": "bench",
+    "ratio_of_medians_ci": "bench",
+    "compare": "bench",
+    "format_latency": "bench",
+    "write_json": "bench",
+}
+
+import importlib as _importlib
 import sys as _sys
+import types as _types
 
-from .softmax import *  # noqa: F401,F403
-from .data import *  # noqa: F401,F403
-from .tokenizer import *  # noqa: F401,F403
-from .attention import *  # noqa: F401,F403
-from .positions import *  # noqa: F401,F403
-from .model import *  # noqa: F401,F403
-from .baseline import *  # noqa: F401,F403
-from .optim import *  # noqa: F401,F403
-from .training import *  # noqa: F401,F403
-from .cost_model import *  # noqa: F401,F403
-from .sampling import *  # noqa: F401,F403
-from .kv_cache import *  # noqa: F401,F403
-from .stats import *  # noqa: F401,F403
-from .calibration import *  # noqa: F401,F403
-from .experiments import *  # noqa: F401,F403
-from .kernels import *  # noqa: F401,F403
-from .bench import *  # noqa: F401,F403
+__all__ = list(_WHERE)
 
-_MODULES = (
-    "softmax",
-    "data",
-    "tokenizer",
-    "attention",
-    "positions",
-    "model",
-    "baseline",
-    "optim",
-    "training",
-    "cost_model",
-    "sampling",
-    "kv_cache",
-    "stats",
-    "calibration",
-    "experiments",
-    "kernels",
-    "bench",
-)
-__all__ = [name for module in _MODULES for name in
-           _sys.modules[f"{__name__}.{module}"].__all__]
+
+class _Package(_types.ModuleType):
+    """Imports a name's module on first use (`python -m transformer --help`
+    needs no torch); importing the submodule `softmax` never hides the
+    function `softmax`."""
+
+    def __getattr__(self, name):
+        if name not in _WHERE:
+            raise AttributeError(
+                f"module {self.__name__!r} has no attribute {name!r}")
+        module = _importlib.import_module(f"{self.__name__}.{_WHERE[name]}")
+        value = getattr(module, name)
+        super().__setattr__(name, value)
+        return value
+
+    def __setattr__(self, name, value):
+        if not (isinstance(value, _types.ModuleType) and name in _WHERE):
+            super().__setattr__(name, value)
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | set(_WHERE))
+
+
+_sys.modules[__name__].__class__ = _Package

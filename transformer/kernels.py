@@ -6,7 +6,7 @@ __all__ = [
     "causal_attention",
     "layer_norm",
     "rms_norm",
-    "gelu_tanh",
+    "gelu_tanh_fused",
     "cross_entropy_mean",
 ]
 
@@ -219,7 +219,7 @@ class _GeluTanh(torch.autograd.Function):
         return d.mul_(dy)
 
 
-def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
+def gelu_tanh_fused(x: torch.Tensor) -> torch.Tensor:
     """GPT-2's tanh-GELU, computed as x * sigmoid(2u) with a hand-written
     backward. Shapes: elementwise. Derived in chapter "Backward passes by
     hand", move 6."""

@@ -122,6 +122,3 @@ def generate(model, idx: torch.Tensor, max_new_tokens: int,
                 logits, _ = model(out[:, t:t + 1], start_pos=t,
                                   caches=caches)  # (B, 1, V)
     return out
-
-
-GPT.generate = generate

@@ -281,7 +281,7 @@ class MLP(nn.Module):
         self.c_fc = Linear(D, F, bias=config.bias)
         self.c_proj = Linear(F, D, bias=config.bias)
         self.dropout = _dropout(config.dropout)
-        self.gelu = kernels.gelu_tanh if config.fused else gelu_tanh
+        self.gelu = kernels.gelu_tanh_fused if config.fused else gelu_tanh
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.gelu(self.c_fc(x))  # (B, T, F)

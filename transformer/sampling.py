@@ -15,7 +15,6 @@ import math
 
 import torch
 
-from transformer.model import GPT
 from transformer.softmax import log_softmax, softmax
 
 
@@ -173,6 +172,3 @@ def beam_search(model, idx: torch.Tensor, max_new_tokens: int,
     if return_hypotheses:
         return [(score, seq[None]) for score, seq in finished]
     return finished[0][1][None]  # (1, T0 + n)
-
-
-GPT.beam_search = beam_search
