@@ -12,6 +12,11 @@
 #   /sys/.../cache   every cache size of every CPU becomes 96K / 768K / 6144K
 #                    (L1 / L2 / L3), unlike any machine this book ran on
 #   /sys/.../online  "0-5": os.cpu_count() reports six cores
+# and it makes the arithmetic take other code paths, as another CPU's would:
+#   ATEN_CPU_CAPABILITY=default  PyTorch's scalar kernels, not AVX2/AVX-512
+#   MKL_CBWR=COMPATIBLE          MKL's generic (SSE2) BLAS kernels
+#   ONEDNN_MAX_CPU_ISA=SSE41     oneDNN capped likewise
+# so printed digits that depend on vector width or FMA show up as failures.
 # (The load average comes from a system call and differs between runs anyway.)
 # The static guard that runs with every `make test` is tools/host_scan.py
 # (tests/test_host.py); this script is the dynamic check behind it.
@@ -40,5 +45,6 @@ for size in /sys/devices/system/cpu/cpu*/cache/index*/size; do
   mount --bind "$fake/size$n" "$size"
   n=$((n + 1))
 done
-echo "other_host.sh: simulated CPU model, 6 cores, caches 96K/768K/6144K, pinned to core 0" >&2
+echo "other_host.sh: simulated CPU model, 6 cores, caches 96K/768K/6144K, scalar kernels, pinned to core 0" >&2
+export ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE ONEDNN_MAX_CPU_ISA=SSE41
 exec taskset -c 0 "$@"
