@@ -30,13 +30,13 @@ from typing import Callable, Sequence
 
 import torch
 
-from transformer.stats import _as_values, _check_level
+from transformer.stats import as_values, check_level
 
 
 def _as_samples(samples, name: str = "samples") -> list[float]:
     # the same validation as the error-bar chapter's, where a single
     # timing is already a (poor) sample
-    return _as_values(samples, name, least=1)
+    return as_values(samples, name, least=1)
 
 
 def quantile(samples: Sequence[float], q: float) -> float:
@@ -60,7 +60,7 @@ def median_ci(samples: Sequence[float], level: float = 0.95,
 
     Derived in appendix "Measuring honestly", move 3."""
     x = torch.tensor(_as_samples(samples), dtype=torch.float64)  # (n,)
-    _check_level(level)
+    check_level(level)
     if not isinstance(n_boot, int) or n_boot < 100:
         raise ValueError(f"n_boot: expected an int >= 100, got {n_boot!r}")
     g = torch.Generator().manual_seed(seed)
@@ -240,7 +240,7 @@ def ratio_of_medians_ci(samples_a: Sequence[float],
                          f"with samples_a, got {b.numel()}")
     if (b <= 0).any() or (a <= 0).any():
         raise ValueError("samples_a, samples_b: expected positive times")
-    _check_level(level)
+    check_level(level)
     g = torch.Generator().manual_seed(seed)
     n = a.numel()
     idx = torch.randint(0, n, (n_boot, n), generator=g)  # (R, n), rounds

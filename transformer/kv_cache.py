@@ -12,7 +12,7 @@ __all__ = [
 import torch
 
 from transformer.model import GPT
-from transformer.sampling import _check_decoding, sample_next
+from transformer.sampling import check_decoding, sample_next
 
 
 class KVCache:
@@ -103,7 +103,7 @@ def generate(model, idx: torch.Tensor, max_new_tokens: int,
         raise ValueError(f"max_new_tokens: prompt ({T0}) + max_new_tokens "
                          f"({max_new_tokens}) exceeds block_size = "
                          f"{cfg.block_size}")
-    _check_decoding(temperature, top_k, top_p)
+    check_decoding(temperature, top_k, top_p)
     if not isinstance(use_cache, bool):
         raise ValueError(f"use_cache: expected a bool, got {use_cache!r}")
     out = idx.new_empty(B, T0 + max_new_tokens)  # (B, T0 + N)

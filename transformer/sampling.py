@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 __all__ = [
+    "check_decoding",
     "top_k_filter",
     "top_p_filter",
     "next_token_probs",
@@ -18,7 +19,9 @@ import torch
 from transformer.softmax import log_softmax, softmax
 
 
-def _check_decoding(temperature, top_k, top_p) -> None:
+def check_decoding(temperature, top_k, top_p) -> None:
+    """The decoding options every sampler accepts, else a ValueError
+    naming the option. Defined in chapter "Sampling and decoding"."""
     if isinstance(temperature, bool) or not isinstance(
             temperature, (int, float)) or not temperature >= 0 \
             or math.isinf(temperature):
@@ -38,7 +41,7 @@ def top_k_filter(logits: torch.Tensor, k: int) -> torch.Tensor:
     """Keep the k largest logits of each row, set the rest to -inf; ties
     are broken by index, so exactly min(k, V) survive. Shapes: (..., V) ->
     (..., V). Derived in chapter "Sampling and decoding", move 3."""
-    _check_decoding(1.0, k, None)
+    check_decoding(1.0, k, None)
     k = min(k, logits.shape[-1])
     keep = logits.topk(k, dim=-1).indices  # (..., k)
     out = torch.full_like(logits, float("-inf"))  # (..., V)
@@ -49,7 +52,7 @@ def top_p_filter(probs: torch.Tensor, p: float) -> torch.Tensor:
     """Nucleus truncation: keep the smallest set of most probable candidates
     whose mass reaches p, zero the rest, renormalise. Shapes: (..., V) ->
     (..., V). Derived in chapter "Sampling and decoding", move 4."""
-    _check_decoding(1.0, None, p)
+    check_decoding(1.0, None, p)
     sorted_p, order = probs.sort(dim=-1, descending=True,
                                  stable=True)  # (..., V) each
     mass = sorted_p.cumsum(-1)  # (..., V)
@@ -70,7 +73,7 @@ def next_token_probs(logits: torch.Tensor, temperature: float = 1.0,
     then top-k, then top-p. Shapes: (B, V) -> (B, V). Temperature must be
     > 0 here (0 is greedy, which has no distribution to draw from).
     Derived in chapter "Sampling and decoding", moves 1-4."""
-    _check_decoding(temperature, top_k, top_p)
+    check_decoding(temperature, top_k, top_p)
     if temperature == 0:
         raise ValueError("temperature: expected > 0 for a distribution "
                          "(temperature 0 is greedy: use sample_next)")
@@ -90,7 +93,7 @@ def sample_next(logits: torch.Tensor, temperature: float = 1.0,
     draw from next_token_probs. Shapes: (B, V) -> (B,) int64. Derived in
     chapter "Sampling and decoding", moves 1-5."""
     if temperature == 0:
-        _check_decoding(temperature, top_k, top_p)
+        check_decoding(temperature, top_k, top_p)
         return logits.argmax(dim=-1)  # (B,)
     probs = next_token_probs(logits, temperature, top_k, top_p)  # (B, V)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 __all__ = [
+    "as_values",
+    "check_level",
     "mean_sd",
     "normal_cdf",
     "normal_quantile",
@@ -24,7 +26,11 @@ from typing import Callable, Sequence
 import torch
 
 
-def _as_values(values, name: str = "values", least: int = 2) -> list[float]:
+def as_values(values, name: str = "values", least: int = 2) -> list[float]:
+    """Samples as finite floats (at least `least`), else a ValueError
+    naming `name`. Shared by the statistics and the benchmark harness.
+
+    Defined in chapter "Evaluation uncertainty and error bars"."""
     if isinstance(values, torch.Tensor):
         values = values.detach().flatten().tolist()
     try:
@@ -40,7 +46,10 @@ def _as_values(values, name: str = "values", least: int = 2) -> list[float]:
     return xs
 
 
-def _check_level(level: float) -> None:
+def check_level(level: float) -> None:
+    """A confidence level strictly between 0 and 1, else a ValueError.
+
+    Defined in chapter "Evaluation uncertainty and error bars"."""
     if not isinstance(level, (int, float)) or not 0.0 < level < 1.0:
         raise ValueError(f"level: expected a number in (0, 1), got {level!r}")
 
@@ -49,7 +58,7 @@ def mean_sd(values: Sequence[float]) -> tuple[float, float]:
     """Sample mean and standard deviation (divisor n - 1), eq. (eq-mean-var).
 
     Derived in chapter "Evaluation uncertainty and error bars", move 2."""
-    xs = _as_values(values)
+    xs = as_values(values)
     n = len(xs)
     mean = math.fsum(xs) / n
     var = math.fsum((x - mean) ** 2 for x in xs) / (n - 1)
@@ -164,8 +173,8 @@ def bootstrap_ci(values: Sequence[float], statistic="mean",
     callable mapping a (R, n) tensor to (R,)), resampling the units.
 
     Derived in chapter "Evaluation uncertainty and error bars", move 5."""
-    x = torch.tensor(_as_values(values), dtype=torch.float64)  # (n,)
-    _check_level(level)
+    x = torch.tensor(as_values(values), dtype=torch.float64)  # (n,)
+    check_level(level)
     if not isinstance(n_boot, int) or n_boot < 100:
         raise ValueError(f"n_boot: expected an int >= 100, got {n_boot!r}")
     stat = _statistic(statistic)
@@ -186,8 +195,8 @@ def summarize(values: Sequence[float], level: float = 0.95,
     95%) or 'bootstrap'.
 
     Derived in chapter "Evaluation uncertainty and error bars", moves 2-5."""
-    xs = _as_values(values)
-    _check_level(level)
+    xs = as_values(values)
+    check_level(level)
     n = len(xs)
     mean, sd = mean_sd(xs)
     se = sd / math.sqrt(n)
@@ -212,7 +221,7 @@ def paired_difference(a: Sequence[float], b: Sequence[float],
     t interval; eq. (eq-paired-variance).
 
     Derived in chapter "Evaluation uncertainty and error bars", move 6."""
-    xa, xb = _as_values(a, "a"), _as_values(b, "b")
+    xa, xb = as_values(a, "a"), as_values(b, "b")
     if len(xa) != len(xb):
         raise ValueError(f"b: expected {len(xa)} values paired with a "
                          f"(one per shared seed), got {len(xb)}")
@@ -225,8 +234,8 @@ def unpaired_difference(a: Sequence[float], b: Sequence[float],
     Welch-Satterthwaite degrees of freedom (sd is nan: no single sample).
 
     Derived in chapter "Evaluation uncertainty and error bars", move 6."""
-    xa, xb = _as_values(a, "a"), _as_values(b, "b")
-    _check_level(level)
+    xa, xb = as_values(a, "a"), as_values(b, "b")
+    check_level(level)
     (ma, sa), (mb, sb) = mean_sd(xa), mean_sd(xb)
     va, vb = sa ** 2 / len(xa), sb ** 2 / len(xb)
     se = math.sqrt(va + vb)
