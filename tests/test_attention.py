@@ -6,7 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from transformer import attention, causal_mask, softmax
+import literate  # tools/, put on sys.path by the root conftest.py
+from transformer import attention, causal_mask
 
 
 def rand(*shape, seed=0, dtype=torch.float32):
@@ -90,12 +91,10 @@ def test_matches_sdpa(T, S, seed):
     torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-6)
 
 
-def attention_mask_after_softmax(q, k, v, mask=None):
-    """The bug the chapter warns about: zero the weights after the softmax."""
-    w = softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]))
-    if mask is not None:
-        w = w * mask
-    return w @ v, w
+# The bug the chapter warns about (zero the weights after the softmax), as
+# the training chapter defines it for its failure tests: one copy in the book.
+attention_mask_after_softmax = literate.chapter_definition(
+    "09_training", "attention_mask_after_softmax")
 
 
 def _no_future_leak(attn_fn, seed=0):

@@ -7,9 +7,8 @@ import math
 import pytest
 import torch
 
-import transformer.model as model_module
-from transformer import (CausalSelfAttention, GPTConfig, causal_mask,
-                         gpt_param_count, kernels, softmax)
+import literate  # tools/, put on sys.path by the root conftest.py
+from transformer import CausalSelfAttention, GPTConfig, gpt_param_count
 from transformer.model import GPT
 
 POS = ["learned", "sinusoidal", "rope", "none"]
@@ -70,26 +69,18 @@ def test_causal_leak(pos, norm_position, norm):
                          norm=norm, n_layer=3))
 
 
-def test_mask_after_softmax_leaks(monkeypatch):
-    def attention_mask_after_softmax(q, k, v, mask=None, scale=None):
-        scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
-        w = softmax(q @ k.transpose(-2, -1) * scale)
-        w = w * mask if mask is not None else w
-        return w @ v, w
-
-    def causal_mask_after_softmax(q, k, v, scale, block=64):
-        return attention_mask_after_softmax(
-            q, k, v, causal_mask(q.shape[2], k.shape[2]))[0]
-
+def test_mask_after_softmax_leaks():
+    # the training chapter's mutant patches both attention paths
+    mask_after_softmax = literate.chapter_definition("09_training",
+                                                     "mask_after_softmax")
     for fused in (False, True):
         cfg = tiny(fused=fused)
         assert _no_leak(cfg)
-    monkeypatch.setattr(model_module, "attention",
-                        attention_mask_after_softmax)
-    monkeypatch.setattr(kernels, "causal_attention",
-                        causal_mask_after_softmax)
-    for fused in (False, True):
-        assert not _no_leak(tiny(fused=fused))
+    with mask_after_softmax():
+        for fused in (False, True):
+            assert not _no_leak(tiny(fused=fused))
+    for fused in (False, True):  # and the patch is undone
+        assert _no_leak(tiny(fused=fused))
 
 
 def _grad_check(cfg, seed=0, eps=1e-6):

@@ -3,7 +3,6 @@
 Each guard is also run once against a deliberately broken copy of the tree,
 so a guard that cannot fail would fail here."""
 import shutil
-from pathlib import Path
 
 import nbformat
 import pytest

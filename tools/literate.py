@@ -16,14 +16,20 @@ from __future__ import annotations
 import argparse
 import sys
 
-from literate_export import (export, exported_names,  # noqa: F401
+from literate_export import (constant_names, export, exported_names,
                              package_problems, public_names, render_init,
-                             render_module, constant_names)
-from literate_notebooks import (execute, generate,  # noqa: F401
-                                kernel_env, notebook_problems,
-                                status_problems)
-from literate_source import (Chapter, Paths, chapter_definition,  # noqa: F401
+                             render_module)
+from literate_notebooks import (execute, generate, kernel_env,
+                                notebook_problems, status_problems)
+from literate_source import (Chapter, Paths, chapter_definition,
                              chapter_paths, directives, read_chapter)
+
+__all__ = [  # what tests, tools and conftest.py use through this module
+    "Chapter", "Paths", "chapter_definition", "chapter_paths",
+    "constant_names", "directives", "execute", "export", "exported_names",
+    "generate", "kernel_env", "notebook_problems", "package_problems",
+    "public_names", "read_chapter", "render_init", "render_module",
+    "status_problems"]
 
 
 def main(argv: list[str] | None = None) -> int:
