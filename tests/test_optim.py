@@ -147,10 +147,16 @@ def test_adamw_param_groups_and_schedule():
 
     opt = AdamW(groups(ours), lr=3e-3)
     ref_opt = torch.optim.AdamW(groups(ref), lr=3e-3)
+    # each group follows the schedule from its own peak (3e-3 and 5e-3), so
+    # the per-group learning rate is exercised at every step
+    peaks = [g["lr"] for g in opt.param_groups]
+    assert peaks == [3e-3, 5e-3] == [g["lr"] for g in ref_opt.param_groups]
     for t, (xb, yb) in enumerate(batches(3, 250)):
         for o in (opt, ref_opt):
-            for group in o.param_groups:
-                group["lr"] = lr_at(t, 3e-3, 25, 200, 3e-4)
+            for group, peak in zip(o.param_groups, peaks):
+                group["lr"] = lr_at(t, peak, 25, 200, peak / 10)
+        if t > 0:
+            assert opt.param_groups[0]["lr"] != opt.param_groups[1]["lr"]
         train_step(ours, opt, xb, yb, clip_grad_norm, 0.5)
         train_step(ref, ref_opt, xb, yb, torch.nn.utils.clip_grad_norm_, 0.5)
         if t % 50 == 49:
