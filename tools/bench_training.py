@@ -2,15 +2,17 @@
 
     python tools/bench_training.py [--threads 1] [--repeat 8]
 
-For each shape (the issue's two: 4 layers x width 128 at batch 16 x 256, and
-6 layers x width 384 at batch 8 x 256, vocabulary 1024), times one full
-training step (forward, backward, clip, AdamW update) of four
-implementations interleaved round by round, in a rotating order: ours
-(transformer.GPT + transformer.AdamW + clip_grad_norm, with the fused
-kernels of chapter "Backward passes by hand"), ours_reference (the same
-with fused=False: the teaching code), HF GPT2LMHeadModel
-with attn_implementation "sdpa" and with "eager" (each + torch.optim.AdamW +
-torch's clip_grad_norm_). It also measures the float32 matmul peak at the
+For each shape (4 layers x width 128 at batch 16 x 256, and 6 layers x
+width 384 at batch 8 x 256, vocabulary 1024), times one full training step
+(forward, backward, clip, AdamW update) of five implementations interleaved
+round by round, in a rotating order: ours (transformer.GPT +
+transformer.AdamW + clip_grad_norm, with the fused kernels of chapter
+"Backward passes by hand"), ours_reference (the same with fused=False: the
+teaching code), platform (tools/platform_gpt.py: the same architecture with
+nn.Linear, SDPA, F.layer_norm, F.gelu, F.cross_entropy and torch.optim.AdamW,
+the way the popular minimal GPT codebases write it), and HF GPT2LMHeadModel
+with attn_implementation "sdpa" and with "eager" (each of the last three with
+torch.optim.AdamW and torch's clip_grad_norm_). It also measures the float32 matmul peak at the
 same thread count and reports model-FLOPs utilisation (MFU): training FLOPs
 (3 x the forward matmul FLOPs of transformer.cost_model.forward_flops, full
 score matrix counted for every implementation) per second over that peak.
@@ -21,14 +23,14 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for path in (ROOT, ROOT / "tools"):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
 
 import torch  # noqa: E402
 
@@ -43,11 +45,6 @@ SHAPES = {
     "small": dict(n_layer=6, n_head=6, n_embd=384, B=8, T=256),
 }
 V = 1024
-# the reference points for HF GPT-2 on this kind of machine
-REFERENCE = {"tiny": {"sdpa_tokens_per_s": 15000, "sdpa_mfu": 0.59,
-                      "eager_tokens_per_s": 12800},
-             "small": {"sdpa_tokens_per_s": 1960, "sdpa_mfu": 0.78},
-             "peak_gflops": 185}
 
 
 def matmul_peak(threads: int, n: int = 1024, repeat: int = 15) -> dict:
@@ -77,6 +74,17 @@ def ours_step(shape: dict, fused: bool = True):
                 weight_decay=0.1)
     return _stepper(model, opt, lambda x, y: model(x, y)[1],
                     lambda: clip_grad_norm(model.parameters(), 1.0), shape)
+
+
+def platform_step(shape: dict):
+    from platform_gpt import PlatformGPT
+    torch.manual_seed(0)
+    model = PlatformGPT(V, shape["T"], shape["n_layer"], shape["n_head"],
+                        shape["n_embd"])
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95),
+                            weight_decay=0.1)
+    return _stepper(model, opt, lambda x, y: model(x, y)[1], lambda: torch.nn.
+                    utils.clip_grad_norm_(model.parameters(), 1.0), shape)
 
 
 def hf_step(shape: dict, attn: str):
@@ -118,6 +126,7 @@ def _stepper(model, opt, loss_of, clip, shape):
 def run_shape(name: str, shape: dict, repeat: int, warmup: int) -> dict:
     impls = {"ours": ours_step(shape),
              "ours_reference": ours_step(shape, fused=False),
+             "platform": platform_step(shape),
              "hf_sdpa": hf_step(shape, "sdpa"),
              "hf_eager": hf_step(shape, "eager")}
     names = list(impls)
@@ -148,7 +157,7 @@ def run_shape(name: str, shape: dict, repeat: int, warmup: int) -> dict:
         out["impls"][k] = {"samples_s": times[k], "summary": s,
                            "tokens_per_s": tokens / s["p50"],
                            "flops_per_s": train_flops / s["p50"]}
-    for k in ("hf_sdpa", "hf_eager"):
+    for k in ("platform", "hf_sdpa", "hf_eager"):
         ratio, lo, hi = ratio_of_medians_ci(times[k], times["ours"])
         # time(HF) / time(ours) = throughput(ours) / throughput(HF)
         out[f"speed_vs_{k}"] = {"ratio": ratio, "ci": [lo, hi]}
@@ -168,7 +177,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     record = {"threads": args.threads, "repeat": args.repeat,
-              "reference": REFERENCE, "environment_before": environment()}
+              "environment_before": environment()}
     record["matmul_before"] = matmul_peak(args.threads)
     record["shapes"] = {}
     for name in args.shapes:
