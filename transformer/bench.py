@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 __all__ = [
+    "time_calls",
     "quantile",
     "median_ci",
     "latency_summary",
-    "cpu_model",
-    "cpu_caches",
-    "environment",
-    "time_calls",
     "benchmark",
     "ratio_of_medians_ci",
     "compare",
+    "cpu_model",
+    "cpu_caches",
+    "environment",
     "format_latency",
     "write_json",
 ]
@@ -37,113 +37,6 @@ def _as_samples(samples, name: str = "samples") -> list[float]:
     # the same validation as the error-bar chapter's, where a single
     # timing is already a (poor) sample
     return as_values(samples, name, least=1)
-
-
-def quantile(samples: Sequence[float], q: float) -> float:
-    """The q-quantile by linear interpolation between order statistics
-    (NumPy's and PyTorch's default), eq. (eq-quantile).
-
-    Derived in appendix "Measuring honestly", move 2."""
-    xs = sorted(_as_samples(samples))
-    if not isinstance(q, (int, float)) or not 0.0 <= q <= 1.0:
-        raise ValueError(f"q: expected a number in [0, 1], got {q!r}")
-    h = q * (len(xs) - 1)
-    lo = math.floor(h)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (h - lo) * (xs[hi] - xs[lo])
-
-
-def median_ci(samples: Sequence[float], level: float = 0.95,
-              n_boot: int = 2000, seed: int = 0) -> tuple[float, float]:
-    """Percentile-bootstrap confidence interval for the median,
-    eq. (eq-bootstrap-median); seeded, so it is reproducible.
-
-    Derived in appendix "Measuring honestly", move 3."""
-    x = torch.tensor(_as_samples(samples), dtype=torch.float64)  # (n,)
-    check_level(level)
-    if not isinstance(n_boot, int) or n_boot < 100:
-        raise ValueError(f"n_boot: expected an int >= 100, got {n_boot!r}")
-    g = torch.Generator().manual_seed(seed)
-    n = x.numel()
-    idx = torch.randint(0, n, (n_boot, n), generator=g)  # (R, n)
-    medians = torch.quantile(x[idx], 0.5, dim=1)  # (R,)
-    a = (1.0 - level) / 2
-    lo, hi = torch.quantile(medians, torch.tensor(
-        [a, 1.0 - a], dtype=torch.float64)).tolist()
-    return lo, hi
-
-
-def latency_summary(samples: Sequence[float], level: float = 0.95,
-                    n_boot: int = 2000, seed: int = 0) -> dict:
-    """p50 with its bootstrap interval, p95, p99, min and max (no mean).
-
-    Derived in appendix "Measuring honestly", moves 2-3."""
-    xs = _as_samples(samples)
-    lo, hi = median_ci(xs, level=level, n_boot=n_boot, seed=seed)
-    return {"n": len(xs), "p50": quantile(xs, 0.5), "p50_ci": [lo, hi],
-            "p95": quantile(xs, 0.95), "p99": quantile(xs, 0.99),
-            "min": min(xs), "max": max(xs), "level": level,
-            "n_boot": n_boot, "seed": seed}
-
-
-def cpu_model() -> str:
-    """The CPU's model name from /proc/cpuinfo (Linux), else platform's.
-
-    Defined in appendix "Measuring honestly", section "The code"."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def cpu_caches() -> dict:
-    """Per-level cache sizes of CPU 0 from /sys (Linux), e.g. {"L2": "2048K"}.
-
-    Empty where the kernel does not expose them. Defined in appendix
-    "Measuring honestly", section "The code"."""
-    found = {}
-    base = Path("/sys/devices/system/cpu/cpu0/cache")
-    for index in sorted(base.glob("index*")):
-        try:
-            level = (index / "level").read_text().strip()
-            kind = (index / "type").read_text().strip()
-            size = (index / "size").read_text().strip()
-        except OSError:
-            continue
-        if kind != "Instruction":  # data and unified caches only
-            found[f"L{level}"] = size
-    return found
-
-
-def environment() -> dict:
-    """What a timing depends on, recorded next to every measurement.
-
-    Defined in appendix "Measuring honestly", section "The code"."""
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-            text=True, timeout=5, cwd=Path(__file__).resolve().parent
-        ).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        commit = None
-    return {
-        "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "torch_threads": torch.get_num_threads(),
-        "torch_interop_threads": torch.get_num_interop_threads(),
-        "cpu_model": cpu_model(),
-        "cpu_count": os.cpu_count(),
-        "cpu_caches": cpu_caches(),
-        "loadavg": list(os.getloadavg()) if hasattr(os, "getloadavg")
-        else None,
-        "platform": platform.platform(),
-        "git_commit": commit,
-    }
 
 
 def _check_counts(warmup: int, repeat: int, number: int) -> None:
@@ -173,6 +66,72 @@ class _NoGC:
             gc.enable()
 
 
+def time_calls(fn: Callable[[], object], warmup: int = 5, repeat: int = 30,
+               number: int = 1,
+               clock: Callable[[], float] = time.perf_counter
+               ) -> list[float]:
+    """Seconds per call: `warmup` untimed calls, then `repeat` samples of
+    `number` calls each, with the garbage collector off.
+
+    Appendix "Measuring honestly", move 1."""
+    if not callable(fn):
+        raise ValueError(f"fn: expected a callable, got {type(fn).__name__}")
+    _check_counts(warmup, repeat, number)
+    with _NoGC():
+        for _ in range(warmup):
+            fn()
+        return [_timed(fn, number, clock) for _ in range(repeat)]
+
+
+def quantile(samples: Sequence[float], q: float) -> float:
+    """The q-quantile by linear interpolation between order statistics
+    (NumPy's and PyTorch's default).
+
+    Implements eq. (eq-quantile), appendix "Measuring honestly", move 2."""
+    xs = sorted(_as_samples(samples))
+    if not isinstance(q, (int, float)) or not 0.0 <= q <= 1.0:
+        raise ValueError(f"q: expected a number in [0, 1], got {q!r}")
+    h = q * (len(xs) - 1)
+    lo = math.floor(h)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (h - lo) * (xs[hi] - xs[lo])
+
+
+def median_ci(samples: Sequence[float], level: float = 0.95,
+              n_boot: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """Percentile-bootstrap confidence interval for the median; seeded,
+    so it is reproducible.
+
+    Implements eq. (eq-bootstrap-median), appendix "Measuring honestly",
+    move 3."""
+    x = torch.tensor(_as_samples(samples), dtype=torch.float64)  # (n,)
+    check_level(level)
+    if not isinstance(n_boot, int) or n_boot < 100:
+        raise ValueError(f"n_boot: expected an int >= 100, got {n_boot!r}")
+    g = torch.Generator().manual_seed(seed)
+    n = x.numel()
+    idx = torch.randint(0, n, (n_boot, n), generator=g)  # (R, n)
+    medians = torch.quantile(x[idx], 0.5, dim=1)  # (R,)
+    a = (1.0 - level) / 2
+    lo, hi = torch.quantile(medians, torch.tensor(
+        [a, 1.0 - a], dtype=torch.float64)).tolist()
+    return lo, hi
+
+
+def latency_summary(samples: Sequence[float], level: float = 0.95,
+                    n_boot: int = 2000, seed: int = 0) -> dict:
+    """p50 with its bootstrap interval, p95, p99, min and max (no mean).
+
+    Eqs. (eq-quantile) and (eq-bootstrap-median) together, appendix
+    "Measuring honestly", moves 2-3."""
+    xs = _as_samples(samples)
+    lo, hi = median_ci(xs, level=level, n_boot=n_boot, seed=seed)
+    return {"n": len(xs), "p50": quantile(xs, 0.5), "p50_ci": [lo, hi],
+            "p95": quantile(xs, 0.95), "p99": quantile(xs, 0.99),
+            "min": min(xs), "max": max(xs), "level": level,
+            "n_boot": n_boot, "seed": seed}
+
+
 class _Threads:
     def __init__(self, threads: int | None):
         if threads is not None and (not isinstance(threads, int)
@@ -190,30 +149,13 @@ class _Threads:
         torch.set_num_threads(self.before)
 
 
-def time_calls(fn: Callable[[], object], warmup: int = 5, repeat: int = 30,
-               number: int = 1,
-               clock: Callable[[], float] = time.perf_counter
-               ) -> list[float]:
-    """Seconds per call: `warmup` untimed calls, then `repeat` samples of
-    `number` calls each, with the garbage collector off.
-
-    Derived in appendix "Measuring honestly", move 1."""
-    if not callable(fn):
-        raise ValueError(f"fn: expected a callable, got {type(fn).__name__}")
-    _check_counts(warmup, repeat, number)
-    with _NoGC():
-        for _ in range(warmup):
-            fn()
-        return [_timed(fn, number, clock) for _ in range(repeat)]
-
-
 def benchmark(fn: Callable[[], object], name: str = "fn", warmup: int = 5,
               repeat: int = 30, number: int = 1, threads: int | None = None,
               level: float = 0.95, seed: int = 0,
               clock: Callable[[], float] = time.perf_counter) -> dict:
     """Time `fn`; return raw samples (s), their summary and the environment.
 
-    Derived in appendix "Measuring honestly", moves 1-3."""
+    Appendix "Measuring honestly", moves 1-3."""
     with _Threads(threads):
         env = environment()
         samples = time_calls(fn, warmup, repeat, number, clock)
@@ -227,10 +169,11 @@ def ratio_of_medians_ci(samples_a: Sequence[float],
                         samples_b: Sequence[float], level: float = 0.95,
                         n_boot: int = 2000, seed: int = 0
                         ) -> tuple[float, float, float]:
-    """(ratio, lo, hi): p50(A) / p50(B), eq. (eq-ratio-of-medians), with a
-    percentile-bootstrap interval that resamples paired rounds.
+    """(ratio, lo, hi): p50(A) / p50(B) with a percentile-bootstrap
+    interval that resamples paired rounds.
 
-    Derived in appendix "Measuring honestly", move 4."""
+    Implements eq. (eq-ratio-of-medians), appendix "Measuring honestly",
+    move 4."""
     a = torch.tensor(_as_samples(samples_a, "samples_a"),
                      dtype=torch.float64)  # (n,)
     b = torch.tensor(_as_samples(samples_b, "samples_b"),
@@ -261,7 +204,8 @@ def compare(fn_a: Callable[[], object], fn_b: Callable[[], object],
     """Time A and B interleaved in one run (A first in even rounds, B first
     in odd ones); report both summaries and p50(A) / p50(B) with its CI.
 
-    Derived in appendix "Measuring honestly", move 4."""
+    Implements eq. (eq-ratio-of-medians) on interleaved samples,
+    appendix "Measuring honestly", move 4."""
     for label, fn in (("fn_a", fn_a), ("fn_b", fn_b)):
         if not callable(fn):
             raise ValueError(f"{label}: expected a callable, "
@@ -290,10 +234,70 @@ def compare(fn_a: Callable[[], object], fn_b: Callable[[], object],
             "ratio": ratio, "ratio_ci": [lo, hi], "environment": env}
 
 
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo (Linux), else platform's.
+
+    Appendix "Measuring honestly", section "Records"."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cpu_caches() -> dict:
+    """Per-level cache sizes of CPU 0 from /sys (Linux), e.g. {"L2": "2048K"}.
+
+    Empty where the kernel does not expose them. Appendix "Measuring
+    honestly", section "Records"."""
+    found = {}
+    base = Path("/sys/devices/system/cpu/cpu0/cache")
+    for index in sorted(base.glob("index*")):
+        try:
+            level = (index / "level").read_text().strip()
+            kind = (index / "type").read_text().strip()
+            size = (index / "size").read_text().strip()
+        except OSError:
+            continue
+        if kind != "Instruction":  # data and unified caches only
+            found[f"L{level}"] = size
+    return found
+
+
+def environment() -> dict:
+    """What a timing depends on, recorded next to every measurement.
+
+    Appendix "Measuring honestly", section "Records"."""
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+            text=True, timeout=5, cwd=Path(__file__).resolve().parent
+        ).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    return {
+        "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "torch_threads": torch.get_num_threads(),
+        "torch_interop_threads": torch.get_num_interop_threads(),
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "cpu_caches": cpu_caches(),
+        "loadavg": list(os.getloadavg()) if hasattr(os, "getloadavg")
+        else None,
+        "platform": platform.platform(),
+        "git_commit": commit,
+    }
+
+
 def format_latency(summary: dict, unit: str = "ms") -> str:
     """One line: p50 [CI], p95, p99, min, max, each with its unit.
 
-    Defined in appendix "Measuring honestly", section "The code"."""
+    Appendix "Measuring honestly", section "Records"."""
     scale = {"s": 1.0, "ms": 1e3, "us": 1e6}.get(unit)
     if scale is None:
         raise ValueError(f"unit: expected 's', 'ms' or 'us', got {unit!r}")
@@ -307,7 +311,7 @@ def format_latency(summary: dict, unit: str = "ms") -> str:
 def write_json(record: dict, path: str | Path) -> Path:
     """Write a benchmark record as JSON (parents created); return the path.
 
-    Defined in appendix "Measuring honestly", section "The code"."""
+    Appendix "Measuring honestly", section "Records"."""
     path = Path(path)
     if path.suffix != ".json":
         raise ValueError(f"path: expected a file name ending in .json, "

@@ -31,14 +31,16 @@ DOCUMENT_SEPARATOR = "\n\n"
 
 
 class CorpusUnavailableError(RuntimeError):
-    """The corpus is neither cached nor downloadable (usually: offline)."""
+    """The corpus is neither cached nor downloadable (usually: offline).
+
+    Chapter "The corpus", section "What the corpus is"."""
 
 
 def default_cache_dir() -> Path:
     """Where the archive is cached: $TRANSFORMER_DATA, else `data/` in a
     checkout of the book, else ~/.cache/transformer-from-scratch.
 
-    Defined in chapter "The corpus"."""
+    Chapter "The corpus", section "What the corpus is"."""
     if os.environ.get("TRANSFORMER_DATA"):
         return Path(os.environ["TRANSFORMER_DATA"])
     checkout = Path(__file__).resolve().parents[1]
@@ -48,6 +50,9 @@ def default_cache_dir() -> Path:
 
 
 def sha256_of(path: Path) -> str:
+    """The SHA-256 of the file at `path`, as hex, read in 1 MiB blocks.
+
+    Chapter "The corpus", section "What the corpus is"."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -62,7 +67,7 @@ def fetch_corpus_archive(cache_dir: str | Path | None = None) -> Path:
     into a temporary folder; the archive is moved into the cache only after
     its SHA-256 matches, so an interrupted download never poisons the cache.
 
-    Defined in chapter "The corpus"."""
+    Chapter "The corpus", section "What the corpus is"."""
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     archive = cache / CORPUS_ARCHIVE
     if archive.exists():
@@ -96,7 +101,7 @@ def load_documents(cache_dir: str | Path | None = None
                    ) -> list[tuple[str, str]]:
     """The plays as (file name, text) pairs, in name order.
 
-    Defined in chapter "The corpus"."""
+    Chapter "The corpus", section "Loading it"."""
     archive = fetch_corpus_archive(cache_dir)
     docs = []
     with tarfile.open(archive, "r:gz") as tar:
@@ -113,7 +118,7 @@ def load_corpus(path: str | Path | None = None,
                 cache_dir: str | Path | None = None) -> str:
     """The default corpus as one string, or the UTF-8 text file at `path`.
 
-    Defined in chapter "The corpus"."""
+    Chapter "The corpus", section "Loading it"."""
     if path is not None:
         path = Path(path)
         if not path.is_file():
@@ -133,7 +138,8 @@ def train_val_split(data, val_fraction: float = 0.1):
 
     The validation part is the *last* `val_fraction` of the stream, not a
     random sample: neighbouring windows overlap, so a random split would leak
-    training text into validation. Defined in chapter "The corpus"."""
+    training text into validation. Chapter "The corpus", section "The
+    split"."""
     if not isinstance(val_fraction, (int, float)) or not (
             0.0 < val_fraction < 1.0):
         raise ValueError(f"val_fraction: expected a number in (0, 1), "

@@ -29,13 +29,28 @@ def _check_number(name: str, value, low: float, high: float | None = None,
                          f"got {value!r}")
 
 
+def _check_hyperparameters(group: dict) -> None:
+    """Raise ValueError unless an AdamW parameter group's lr, betas, eps
+    and weight_decay are in range."""
+    _check_number("lr", group["lr"], 0.0)
+    betas = group["betas"]
+    if not (isinstance(betas, (tuple, list)) and len(betas) == 2):
+        raise ValueError(f"betas: expected a pair (beta1, beta2), "
+                         f"got {betas!r}")
+    _check_number("betas[0]", betas[0], 0.0, 1.0, high_open=True)
+    _check_number("betas[1]", betas[1], 0.0, 1.0, high_open=True)
+    _check_number("eps", group["eps"], 0.0)
+    _check_number("weight_decay", group["weight_decay"], 0.0)
+
+
 class AdamW(torch.optim.Optimizer):
     """Adam with decoupled weight decay:
     p <- (1 - lr*wd) p - lr * m_hat / (sqrt(v_hat) + eps).
 
     Matches torch.optim.AdamW(amsgrad=False) operation for operation.
-    Derived in chapter "Optimization and parameter updates", sections
-    "Adam" (moves 10-12) and "Weight decay" (eq. eq-adamw)."""
+    Implements eqs. (eq-adam-moments), (eq-adam-bias) and (eq-adamw),
+    chapter "Optimization and parameter updates", sections "Adam" (moves
+    10-12) and "Weight decay: L2 in the gradient is not decay" (move 14)."""
 
     def __init__(self, params, lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999),
@@ -46,16 +61,7 @@ class AdamW(torch.optim.Optimizer):
 
     def add_param_group(self, param_group: dict) -> None:
         """Validate a group's hyperparameters, then register it."""
-        group = {**self.defaults, **param_group}
-        _check_number("lr", group["lr"], 0.0)
-        betas = group["betas"]
-        if not (isinstance(betas, (tuple, list)) and len(betas) == 2):
-            raise ValueError(f"betas: expected a pair (beta1, beta2), "
-                             f"got {betas!r}")
-        _check_number("betas[0]", betas[0], 0.0, 1.0, high_open=True)
-        _check_number("betas[1]", betas[1], 0.0, 1.0, high_open=True)
-        _check_number("eps", group["eps"], 0.0)
-        _check_number("weight_decay", group["weight_decay"], 0.0)
+        _check_hyperparameters({**self.defaults, **param_group})
         super().add_param_group(param_group)
 
     @torch.no_grad()
@@ -100,8 +106,9 @@ def lr_at(step: int, max_lr: float, warmup_steps: int, total_steps: int,
     to `max_lr`, then half a cosine down to `min_lr` at `total_steps`,
     constant after that.
 
-    Derived in chapter "Optimization and parameter updates", section
-    "The learning-rate schedule" (eq. eq-lr-schedule)."""
+    Implements eq. (eq-lr-schedule), chapter "Optimization and parameter
+    updates", section "The learning-rate schedule: warmup, then cosine
+    decay"."""
     for name, value in [("step", step), ("warmup_steps", warmup_steps),
                         ("total_steps", total_steps)]:
         if not isinstance(value, int) or isinstance(value, bool):
@@ -127,8 +134,8 @@ def clip_grad_norm(parameters: torch.Tensor | Iterable[torch.Tensor],
 
     If G is not finite the gradients are left untouched (the caller should
     skip the step); torch's clip_grad_norm_ would instead write nan.
-    Derived in chapter "Optimization and parameter updates", section
-    "Gradient clipping by global norm" (eq. eq-clip)."""
+    Implements eq. (eq-clip), chapter "Optimization and parameter
+    updates", section "Gradient clipping by global norm", move 18."""
     _check_number("max_norm", max_norm, 0.0)
     if max_norm == 0:
         raise ValueError("max_norm: expected a number > 0, got 0")

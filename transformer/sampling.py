@@ -21,7 +21,8 @@ from transformer.softmax import log_softmax, softmax
 
 def check_decoding(temperature, top_k, top_p) -> None:
     """The decoding options every sampler accepts, else a ValueError
-    naming the option. Defined in chapter "Sampling and decoding"."""
+    naming the option. Chapter "Sampling and decoding", section
+    "Derivation: four rules on one distribution", moves 2-4."""
     if isinstance(temperature, bool) or not isinstance(
             temperature, (int, float)) or not temperature >= 0 \
             or math.isinf(temperature):
@@ -40,7 +41,8 @@ def check_decoding(temperature, top_k, top_p) -> None:
 def top_k_filter(logits: torch.Tensor, k: int) -> torch.Tensor:
     """Keep the k largest logits of each row, set the rest to -inf; ties
     are broken by index, so exactly min(k, V) survive. Shapes: (..., V) ->
-    (..., V). Derived in chapter "Sampling and decoding", move 3."""
+    (..., V). Implements eq. (eq-top-k) before its softmax, chapter
+    "Sampling and decoding", move 3."""
     check_decoding(1.0, k, None)
     k = min(k, logits.shape[-1])
     keep = logits.topk(k, dim=-1).indices  # (..., k)
@@ -51,7 +53,8 @@ def top_k_filter(logits: torch.Tensor, k: int) -> torch.Tensor:
 def top_p_filter(probs: torch.Tensor, p: float) -> torch.Tensor:
     """Nucleus truncation: keep the smallest set of most probable candidates
     whose mass reaches p, zero the rest, renormalise. Shapes: (..., V) ->
-    (..., V). Derived in chapter "Sampling and decoding", move 4."""
+    (..., V). Implements eq. (eq-top-p), chapter "Sampling and
+    decoding", move 4."""
     check_decoding(1.0, None, p)
     sorted_p, order = probs.sort(dim=-1, descending=True,
                                  stable=True)  # (..., V) each
@@ -72,7 +75,8 @@ def next_token_probs(logits: torch.Tensor, temperature: float = 1.0,
     """The distribution the next token is drawn from: logits / temperature,
     then top-k, then top-p. Shapes: (B, V) -> (B, V). Temperature must be
     > 0 here (0 is greedy, which has no distribution to draw from).
-    Derived in chapter "Sampling and decoding", moves 1-4."""
+    Implements eqs. (eq-temperature), (eq-top-k) and (eq-top-p) in that
+    order, chapter "Sampling and decoding", moves 1-4."""
     check_decoding(temperature, top_k, top_p)
     if temperature == 0:
         raise ValueError("temperature: expected > 0 for a distribution "
@@ -90,8 +94,8 @@ def sample_next(logits: torch.Tensor, temperature: float = 1.0,
                 top_k: int | None = None, top_p: float | None = None,
                 generator: torch.Generator | None = None) -> torch.Tensor:
     """One token per row: the arg-max if temperature == 0 (greedy), else a
-    draw from next_token_probs. Shapes: (B, V) -> (B,) int64. Derived in
-    chapter "Sampling and decoding", moves 1-5."""
+    draw from next_token_probs. Shapes: (B, V) -> (B,) int64. Chapter
+    "Sampling and decoding", moves 1-5 (the draw is move 5)."""
     if temperature == 0:
         check_decoding(temperature, top_k, top_p)
         return logits.argmax(dim=-1)  # (B,)
@@ -99,16 +103,9 @@ def sample_next(logits: torch.Tensor, temperature: float = 1.0,
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
-def beam_search(model, idx: torch.Tensor, max_new_tokens: int,
-                beam_width: int, length_penalty: float = 1.0,
-                eos_id: int | None = None, return_hypotheses: bool = False):
-    """The sequence that maximises (sum of log-probabilities) / n**alpha
-    among those a beam of `beam_width` keeps, n the number of new tokens
-    (counting an end-of-text token eos_id, which ends a hypothesis), alpha
-    = length_penalty. Stops after max_new_tokens, or once beam_width
-    hypotheses have ended. Shapes: idx (1, T0) -> (1, T0 + n); with
-    return_hypotheses, every final hypothesis as (score, (1, T0 + n)),
-    best first. Derived in chapter "Sampling and decoding", moves 6-8."""
+def _check_beam_search(model, idx, max_new_tokens, beam_width,
+                       length_penalty, eos_id, return_hypotheses) -> None:
+    """beam_search's arguments, else a ValueError naming the argument."""
     cfg = model.config
     if not isinstance(idx, torch.Tensor) or idx.dtype != torch.int64 \
             or idx.dim() != 2 or idx.shape[0] != 1 or idx.shape[1] < 1:
@@ -136,6 +133,22 @@ def beam_search(model, idx: torch.Tensor, max_new_tokens: int,
         raise ValueError(f"max_new_tokens: prompt ({T0}) + max_new_tokens "
                          f"({max_new_tokens}) exceeds block_size = "
                          f"{cfg.block_size}")
+
+
+def beam_search(model, idx: torch.Tensor, max_new_tokens: int,
+                beam_width: int, length_penalty: float = 1.0,
+                eos_id: int | None = None, return_hypotheses: bool = False):
+    """The sequence that maximises (sum of log-probabilities) / n**alpha
+    among those a beam of `beam_width` keeps, n the number of new tokens
+    (counting an end-of-text token eos_id, which ends a hypothesis), alpha
+    = length_penalty. Stops after max_new_tokens, or once beam_width
+    hypotheses have ended. Shapes: idx (1, T0) -> (1, T0 + n); with
+    return_hypotheses, every final hypothesis as (score, (1, T0 + n)),
+    best first. Implements eqs. (eq-beam-score) and (eq-length-penalty),
+    chapter "Sampling and decoding", section "Beam search", moves 6-8."""
+    _check_beam_search(model, idx, max_new_tokens, beam_width,
+                       length_penalty, eos_id, return_hypotheses)
+    T0 = idx.shape[1]
 
     def normalised(score, n):
         return score / n ** length_penalty

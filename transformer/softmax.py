@@ -28,8 +28,9 @@ def _check_logits(z: torch.Tensor, name: str = "z") -> None:
 def softmax(z: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """Stable softmax over the last axis: p = exp(z/τ - m) / Σ exp(z/τ - m).
 
-    Shapes: z (..., V) -> p (..., V), same dtype.
-    Derived in chapter "Softmax, temperature and calibration", moves 1-4."""
+    Shapes: z (..., V) -> p (..., V), same dtype. Implements
+    eq. (eq-softmax-shift) with c = m, chapter "Softmax, temperature and
+    calibration", moves 1-4."""
     _check_logits(z)
     if not temperature > 0:
         raise ValueError(f"temperature: expected > 0, got {temperature!r}")
@@ -44,8 +45,8 @@ def softmax(z: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
 def log_softmax(z: torch.Tensor) -> torch.Tensor:
     """log p = z - m - log Σ exp(z - m), never forming p.
 
-    Shapes: z (..., V) -> (..., V).
-    Derived in chapter "Softmax, temperature and calibration", move 5."""
+    Shapes: z (..., V) -> (..., V). Implements eq. (eq-log-softmax),
+    chapter "Softmax, temperature and calibration", move 5."""
     _check_logits(z)
     m = z.amax(dim=-1, keepdim=True).detach()  # (..., 1)
     shifted = z - m  # (..., V), max entry exactly 0
@@ -54,7 +55,9 @@ def log_softmax(z: torch.Tensor) -> torch.Tensor:
 
 def check_targets(logits: torch.Tensor, targets: torch.Tensor) -> None:
     """Raise ValueError unless `targets` (...) int64 indexes the last axis
-    of `logits` (..., V). Shared by every cross-entropy in the package."""
+    of `logits` (..., V). Shared by every cross-entropy in the package.
+    Chapter "Softmax, temperature and calibration", section
+    "Cross-entropy: the loss in nats"."""
     _check_logits(logits, "logits")
     if not isinstance(targets, torch.Tensor) or targets.dtype != torch.int64:
         raise ValueError("targets: expected an int64 tensor of class indices")
@@ -73,8 +76,9 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor,
     """Negative log-likelihood of `targets` under softmax(`logits`), in nats.
 
     Shapes: logits (..., V), targets (...) int64 -> scalar ("mean", "sum")
-    or (...) ("none"). Derived in chapter "Softmax, temperature and
-    calibration", section "Cross-entropy"."""
+    or (...) ("none"). Implements eq. (eq-cross-entropy), chapter "Softmax,
+    temperature and calibration", section "Cross-entropy: the loss in
+    nats"."""
     check_targets(logits, targets)
     logp = log_softmax(logits)  # (..., V)
     nll = -logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (...)

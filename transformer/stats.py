@@ -4,13 +4,13 @@ from __future__ import annotations
 
 __all__ = [
     "as_values",
-    "check_level",
     "mean_sd",
+    "check_level",
+    "Summary",
     "normal_cdf",
     "normal_quantile",
     "t_cdf",
     "t_quantile",
-    "Summary",
     "bootstrap_ci",
     "summarize",
     "paired_difference",
@@ -30,7 +30,7 @@ def as_values(values, name: str = "values", least: int = 2) -> list[float]:
     """Samples as finite floats (at least `least`), else a ValueError
     naming `name`. Shared by the statistics and the benchmark harness.
 
-    Defined in chapter "Evaluation uncertainty and error bars"."""
+    Chapter "Evaluation uncertainty and error bars", move 1."""
     if isinstance(values, torch.Tensor):
         values = values.detach().flatten().tolist()
     try:
@@ -46,23 +46,44 @@ def as_values(values, name: str = "values", least: int = 2) -> list[float]:
     return xs
 
 
-def check_level(level: float) -> None:
-    """A confidence level strictly between 0 and 1, else a ValueError.
-
-    Defined in chapter "Evaluation uncertainty and error bars"."""
-    if not isinstance(level, (int, float)) or not 0.0 < level < 1.0:
-        raise ValueError(f"level: expected a number in (0, 1), got {level!r}")
-
-
 def mean_sd(values: Sequence[float]) -> tuple[float, float]:
-    """Sample mean and standard deviation (divisor n - 1), eq. (eq-mean-var).
+    """Sample mean and standard deviation (divisor n - 1).
 
-    Derived in chapter "Evaluation uncertainty and error bars", move 2."""
+    Implements eq. (eq-mean-var), chapter "Evaluation uncertainty and error
+    bars", move 2."""
     xs = as_values(values)
     n = len(xs)
     mean = math.fsum(xs) / n
     var = math.fsum((x - mean) ** 2 for x in xs) / (n - 1)
     return mean, math.sqrt(var)
+
+
+def check_level(level: float) -> None:
+    """A confidence level strictly between 0 and 1, else a ValueError.
+
+    Chapter "Evaluation uncertainty and error bars", move 3."""
+    if not isinstance(level, (int, float)) or not 0.0 < level < 1.0:
+        raise ValueError(f"level: expected a number in (0, 1), got {level!r}")
+
+
+@dataclass(frozen=True)
+class Summary:
+    """n, mean, sd, se and a (lo, hi) interval at `level` by `method`.
+
+    Holds the results of eqs. (eq-mean-var) to (eq-t-interval), chapter
+    "Evaluation uncertainty and error bars", moves 2-3."""
+    n: int
+    mean: float
+    sd: float
+    se: float
+    lo: float
+    hi: float
+    level: float
+    method: str
+
+    @property
+    def half_width(self) -> float:
+        return (self.hi - self.lo) / 2
 
 
 def _bisect(f: Callable[[float], float], target: float, lo: float,
@@ -88,14 +109,14 @@ def _check_q(q: float) -> None:
 def normal_cdf(x: float) -> float:
     """Standard normal CDF, 1/2 (1 + erf(x / sqrt 2)).
 
-    Derived in chapter "Evaluation uncertainty and error bars", move 4."""
+    Chapter "Evaluation uncertainty and error bars", move 4."""
     return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
 
 
 def normal_quantile(q: float) -> float:
     """z_q with normal_cdf(z_q) = q, by bisection.
 
-    Derived in chapter "Evaluation uncertainty and error bars", move 4."""
+    Chapter "Evaluation uncertainty and error bars", move 4."""
     _check_q(q)
     if q < 0.5:
         return -normal_quantile(1.0 - q)
@@ -106,7 +127,8 @@ def t_cdf(x: float, df: float, points: int = 400) -> float:
     """Student-t CDF by Simpson's rule on eq. (eq-t-cdf), after the
     substitution t = sqrt(df) tan(theta).
 
-    Derived in chapter "Evaluation uncertainty and error bars", move 4."""
+    Implements eq. (eq-t-cdf), chapter "Evaluation uncertainty and error
+    bars", move 4."""
     if not isinstance(df, (int, float)) or not df >= 1.0:
         raise ValueError(f"df: expected degrees of freedom >= 1, got {df!r}")
     if not isinstance(points, int) or points < 2 or points % 2:
@@ -129,30 +151,12 @@ def t_cdf(x: float, df: float, points: int = 400) -> float:
 def t_quantile(q: float, df: float) -> float:
     """t_{q, df} with t_cdf(t, df) = q, by bisection.
 
-    Derived in chapter "Evaluation uncertainty and error bars", move 4."""
+    Inverts eq. (eq-t-cdf), chapter "Evaluation uncertainty and error
+    bars", move 4."""
     _check_q(q)
     if q < 0.5:
         return -t_quantile(1.0 - q, df)
     return _bisect(lambda x: t_cdf(x, df), q, 0.0, 1.0)
-
-
-@dataclass(frozen=True)
-class Summary:
-    """n, mean, sd, se and a (lo, hi) interval at `level` by `method`.
-
-    Defined in chapter "Evaluation uncertainty and error bars", moves 2-3."""
-    n: int
-    mean: float
-    sd: float
-    se: float
-    lo: float
-    hi: float
-    level: float
-    method: str
-
-    @property
-    def half_width(self) -> float:
-        return (self.hi - self.lo) / 2
 
 
 def _statistic(statistic) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -172,7 +176,7 @@ def bootstrap_ci(values: Sequence[float], statistic="mean",
     """Percentile-bootstrap interval for `statistic` ('mean', 'median', or a
     callable mapping a (R, n) tensor to (R,)), resampling the units.
 
-    Derived in chapter "Evaluation uncertainty and error bars", move 5."""
+    Chapter "Evaluation uncertainty and error bars", move 5."""
     x = torch.tensor(as_values(values), dtype=torch.float64)  # (n,)
     check_level(level)
     if not isinstance(n_boot, int) or n_boot < 100:
@@ -191,10 +195,10 @@ def bootstrap_ci(values: Sequence[float], statistic="mean",
 def summarize(values: Sequence[float], level: float = 0.95,
               method: str = "t", seed: int = 0) -> Summary:
     """Mean, sd, standard error and an interval for the mean, one value per
-    independent unit; method 't' (eq. eq-t-interval), 'normal' (1.96 at
-    95%) or 'bootstrap'.
+    independent unit; method 't', 'normal' (1.96 at 95%) or 'bootstrap'.
 
-    Derived in chapter "Evaluation uncertainty and error bars", moves 2-5."""
+    Implements eqs. (eq-mean-var), (eq-standard-error) and (eq-t-interval),
+    chapter "Evaluation uncertainty and error bars", moves 2-5."""
     xs = as_values(values)
     check_level(level)
     n = len(xs)
@@ -218,9 +222,10 @@ def summarize(values: Sequence[float], level: float = 0.95,
 def paired_difference(a: Sequence[float], b: Sequence[float],
                       level: float = 0.95) -> Summary:
     """Summary of d_i = a_i - b_i for units (seeds) shared by A and B, with a
-    t interval; eq. (eq-paired-variance).
+    t interval.
 
-    Derived in chapter "Evaluation uncertainty and error bars", move 6."""
+    Implements eq. (eq-paired-variance) through the differences, chapter
+    "Evaluation uncertainty and error bars", move 6."""
     xa, xb = as_values(a, "a"), as_values(b, "b")
     if len(xa) != len(xb):
         raise ValueError(f"b: expected {len(xa)} values paired with a "
@@ -233,7 +238,7 @@ def unpaired_difference(a: Sequence[float], b: Sequence[float],
     """mean(a) - mean(b) for independent groups: Welch's interval, with
     Welch-Satterthwaite degrees of freedom (sd is nan: no single sample).
 
-    Derived in chapter "Evaluation uncertainty and error bars", move 6."""
+    Chapter "Evaluation uncertainty and error bars", move 6."""
     xa, xb = as_values(a, "a"), as_values(b, "b")
     check_level(level)
     (ma, sa), (mb, sb) = mean_sd(xa), mean_sd(xb)
@@ -252,8 +257,8 @@ def unpaired_difference(a: Sequence[float], b: Sequence[float],
 def format_summary(s: Summary, digits: int = 3) -> str:
     """'0.800 [0.750, 0.850] (95% t, n=5)': the form every table uses.
 
-    Defined in chapter "Evaluation uncertainty and error bars", section
-    "How the book's tables use this"."""
+    Chapter "Evaluation uncertainty and error bars", section "How the
+    book's tables use this"."""
     if not isinstance(digits, int) or digits < 0:
         raise ValueError(f"digits: expected an int >= 0, got {digits!r}")
     return (f"{s.mean:.{digits}f} [{s.lo:.{digits}f}, {s.hi:.{digits}f}] "
