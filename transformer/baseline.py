@@ -170,7 +170,8 @@ def compressed_bits_per_byte(data: bytes, context: bytes = b"") -> float:
     Returns (|xz(context + data)| - |xz(context)|) * 8 / len(data): an upper
     bound on data's entropy in bits per byte for a reader who has seen
     `context`. Defined in chapter "Data, the bigram baseline and the entropy
-    floor", section "The entropy floor"."""
+    floor", section "The entropy floor, bounded from above by a
+    compressor"."""
     if not isinstance(data, bytes) or not isinstance(context, bytes):
         raise ValueError("data, context: expected bytes")
     if not data:

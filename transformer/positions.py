@@ -27,7 +27,7 @@ def sinusoidal_encoding(T: int, D: int, base: float = 10000.0,
                         dtype: torch.dtype = torch.float32,
                         device: torch.device | str | None = None
                         ) -> torch.Tensor:
-    """Fixed positions P[m, 2i] = sin(m ω_i), P[m, 2i+1] = cos(m ω_i).
+    """Fixed positions P[t, 2i] = sin(t ω_i), P[t, 2i+1] = cos(t ω_i).
 
     Rows are positions offset .. offset + T - 1 (offset > 0 when a cache
     already holds the earlier positions). Shapes: -> (T, D). Derived in
@@ -46,7 +46,8 @@ def sinusoidal_encoding(T: int, D: int, base: float = 10000.0,
 
 def apply_rope(x: torch.Tensor, positions: torch.Tensor,
                base: float = 10000.0) -> torch.Tensor:
-    """Rotate each pair (2i, 2i+1) of x by the angle m / base^(2i/Dh).
+    """Rotate each pair (2i, 2i+1) of x by the angle t / base^(2i/Dh), t the
+    position: x -> x R_t for row vectors.
 
     Shapes: x (..., T, Dh) with Dh even, positions (T,) or broadcastable
     to x.shape[:-1], integer -> (..., T, Dh), same dtype. Apply to queries

@@ -39,13 +39,14 @@ def check_decoding(temperature, top_k, top_p) -> None:
 
 
 def top_k_filter(logits: torch.Tensor, k: int) -> torch.Tensor:
-    """Keep the k largest logits of each row, set the rest to -inf; ties
-    are broken by index, so exactly min(k, V) survive. Shapes: (..., V) ->
-    (..., V). Implements eq. (eq-top-k) before its softmax, chapter
-    "Sampling and decoding", move 3."""
+    """Keep the k largest logits of each row, set the rest to -inf; exactly
+    min(k, V) survive, even with ties at the k-th place (which of the tied
+    ones torch.topk keeps is unspecified). Shapes: (..., V) -> (..., V).
+    Implements eq. (eq-top-k) before its softmax, chapter "Sampling and
+    decoding", move 3."""
     check_decoding(1.0, k, None)
     k = min(k, logits.shape[-1])
-    keep = logits.topk(k, dim=-1).indices  # (..., k)
+    keep = logits.topk(k, dim=-1).indices  # (..., k), the set K
     out = torch.full_like(logits, float("-inf"))  # (..., V)
     return out.scatter(-1, keep, logits.gather(-1, keep))  # (..., V)
 
