@@ -218,7 +218,7 @@ def test_save_load(tmp_path, small):
     path = tmp_path / "small.bpe"
     small.save(path)
     lines = path.read_text(encoding="utf-8").split("\n")
-    assert lines[0] == "transformer-bpe 1"
+    assert lines[0] == "transformer-bpe 2"
     loaded = BPETokenizer.load(path)
     assert loaded.merges == small.merges and loaded.vocab == small.vocab
     assert loaded.pattern == small.pattern
