@@ -242,7 +242,7 @@ def _corrupt(tmp_path, small, edit):
 
 
 @pytest.mark.parametrize("edit", [
-    lambda ls: ["transformer-bpe 2"] + ls[1:],  # wrong version
+    lambda ls: ["transformer-bpe 3"] + ls[1:],  # wrong version
     lambda ls: ["something-else 1"] + ls[1:],  # not our format
     lambda ls: ls[:-5],  # truncated
     lambda ls: ls[:1] + ["{not json"] + ls[2:],  # header

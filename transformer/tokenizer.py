@@ -456,6 +456,9 @@ class BPETokenizer:
         self._rank_of = {chr(a) + chr(b): i
                          for (a, b), i in self._rank.items()}
         self._pair_of = [None] * 256 + list(self._rank_of)
+        self._token_of = {}  # bytes -> the character of the first such id
+        for i in range(256 + len(self.merges)):
+            self._token_of.setdefault(self.vocab[i], chr(i))
         self._cache = _ChunkCache(self._encode_text_chunk)
         self._bytes_cache = _ChunkCache(self._encode_chunk)
 
@@ -498,7 +501,11 @@ class BPETokenizer:
 
     # -- encoding ----------------------------------------------------------
     def _encode_chunk(self, data: bytes) -> str:
-        """Token characters of one chunk's bytes (moves 1 and 5)."""
+        """Token characters of one chunk's bytes (moves 1, 5 and 8): a
+        chunk that is a token is that token, as move 5 would rebuild it."""
+        whole = self._token_of.get(data)
+        if whole is not None:
+            return whole
         if self._byte_table is not None:
             data = data.translate(self._byte_table)  # byte -> its id
         return _merge_chars(data.decode("latin-1"), self._rank_of.get,
