@@ -743,6 +743,10 @@ class BPETokenizer:
         ranked = self._ranked_tokens()
         name = {i: "".join(map(_GPT2_BYTE_CHARS.__getitem__, token))
                 for token, i in ranked}
+        clash = set(self.special_tokens) & set(name.values())
+        if clash:
+            raise ValueError(f"special_tokens: {sorted(clash)!r} spell "
+                             f"ordinary tokens in the tokenizers alphabet")
         pre = [{"type": "ByteLevel", "add_prefix_space": False,
                 "trim_offsets": True, "use_regex": False}]
         if self.pattern is not None:  # every chunk, gaps included
@@ -763,7 +767,8 @@ class BPETokenizer:
                       "continuing_subword_prefix": None,
                       "end_of_word_suffix": None, "fuse_unk": False,
                       "byte_fallback": False, "ignore_merges": False,
-                      "vocab": {name[i]: i for i in sorted(name)},
+                      "vocab": {**{name[i]: i for i in sorted(name)},
+                                **self.special_tokens},  # keeps their ids
                       "merges": [[name[a], name[b]]
                                  for a, b in self.merges]}}
         Path(path).write_text(json.dumps(doc, ensure_ascii=False),
@@ -791,8 +796,9 @@ def _read_rank_file(path, max_token_bytes):
             raise ValueError(f"line {line_no}: a token of {len(token):,} "
                              f"bytes; expected 1 to max_token_bytes = "
                              f"{max_token_bytes:,}")
-        if by_rank.setdefault(rank, token) is not token:
+        if rank in by_rank:
             raise ValueError(f"line {line_no}: rank {rank} given twice")
+        by_rank[rank] = token
     tokens = [by_rank.get(r) for r in range(len(by_rank))]
     if None in tokens:
         raise ValueError(f"ranks are not 0..{len(tokens) - 1}")
