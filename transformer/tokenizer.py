@@ -234,7 +234,6 @@ def _ascii_twin(pattern, compiled):
 
 BPE_FORMAT = "transformer-bpe"
 BPE_FORMAT_VERSION = 2
-BPE_SUFFIX = ".bpe"  # the file name ending save() and the book use
 MAX_TOKEN_BYTES = 1024  # longest token a file may define (load, tiktoken)
 _NO_RANK = 1 << 62  # the rank of a pair that was never merged
 _NEVER = itertools.repeat(_NO_RANK)  # map(ranks.get, pairs, _NEVER)
