@@ -48,49 +48,6 @@ GPT2_PATTERN = (r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+"""
 END_OF_TEXT = "<|endoftext|>"
 
 
-class PreTokenizer:
-    """Cuts a text into chunks with a regular expression and loses nothing:
-    each match, whole (never a capturing group), and each stretch of text
-    between two matches, which no alternative covered, in order. So
-    "".join(pre_tokenize(text)) == text for every pattern and text.
-
-    Text that is all ASCII runs through an exact twin of the pattern for
-    Python's faster `re` when one exists (section "Encoding at real
-    vocabulary sizes"). Derived in chapter "Tokenization: byte-level
-    BPE", section "Pre-tokenization"."""
-
-    def __init__(self, pattern: str):
-        if not isinstance(pattern, str):
-            raise ValueError(f"pattern: expected a regex str or None, got "
-                             f"{type(pattern).__name__}")
-        try:
-            self.regex = regex.compile(pattern)
-        except regex.error as err:
-            raise ValueError(f"pattern: not a valid regex ({err})") from None
-        self.pattern = pattern
-        self.ascii_twin = _ascii_twin(pattern, self.regex)
-
-    def __call__(self, text: str) -> list:
-        rx = self.regex
-        if self.ascii_twin is not None and text.isascii():
-            rx = self.ascii_twin
-        if not rx.groups:  # findall gives whole matches: the fast path
-            chunks = rx.findall(text)
-            if sum(map(len, chunks)) == len(text):
-                return chunks  # matches that add up to the text: no gaps
-        chunks, end = [], 0
-        for match in rx.finditer(text):
-            start, stop = match.span()
-            if start > end:
-                chunks.append(text[end:start])  # no alternative matched
-            if stop > start:
-                chunks.append(text[start:stop])  # the whole match
-            end = stop
-        if end < len(text):
-            chunks.append(text[end:])
-        return chunks
-
-
 def _merge_chars(s, rank_of, pair_of):
     """Move 5 on one chunk held as characters, chr(id) per token: while
     some adjacent pair was merged in training, replace every occurrence
@@ -230,6 +187,49 @@ def _ascii_twin(pattern, compiled):
             != [m.span() for m in compiled.finditer(probe)]):
         return None
     return twin
+
+
+class PreTokenizer:
+    """Cuts a text into chunks with a regular expression and loses nothing:
+    each match, whole (never a capturing group), and each stretch of text
+    between two matches, which no alternative covered, in order. So
+    "".join(pre_tokenize(text)) == text for every pattern and text.
+
+    Text that is all ASCII runs through an exact twin of the pattern for
+    Python's faster `re` when one exists (section "Encoding at real
+    vocabulary sizes"). Derived in chapter "Tokenization: byte-level
+    BPE", section "Pre-tokenization"."""
+
+    def __init__(self, pattern: str):
+        if not isinstance(pattern, str):
+            raise ValueError(f"pattern: expected a regex str or None, got "
+                             f"{type(pattern).__name__}")
+        try:
+            self.regex = regex.compile(pattern)
+        except regex.error as err:
+            raise ValueError(f"pattern: not a valid regex ({err})") from None
+        self.pattern = pattern
+        self.ascii_twin = _ascii_twin(pattern, self.regex)
+
+    def __call__(self, text: str) -> list:
+        rx = self.regex
+        if self.ascii_twin is not None and text.isascii():
+            rx = self.ascii_twin
+        if not rx.groups:  # findall gives whole matches: the fast path
+            chunks = rx.findall(text)
+            if sum(map(len, chunks)) == len(text):
+                return chunks  # matches that add up to the text: no gaps
+        chunks, end = [], 0
+        for match in rx.finditer(text):
+            start, stop = match.span()
+            if start > end:
+                chunks.append(text[end:start])  # no alternative matched
+            if stop > start:
+                chunks.append(text[start:stop])  # the whole match
+            end = stop
+        if end < len(text):
+            chunks.append(text[end:])
+        return chunks
 
 
 BPE_FORMAT = "transformer-bpe"
