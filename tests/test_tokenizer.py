@@ -218,7 +218,7 @@ def test_save_load(tmp_path, small):
     path = tmp_path / "small.bpe"
     small.save(path)
     lines = path.read_text(encoding="utf-8").split("\n")
-    assert lines[0] == "transformer-bpe 1"
+    assert lines[0] == "transformer-bpe 2"
     loaded = BPETokenizer.load(path)
     assert loaded.merges == small.merges and loaded.vocab == small.vocab
     assert loaded.pattern == small.pattern
@@ -242,7 +242,7 @@ def _corrupt(tmp_path, small, edit):
 
 
 @pytest.mark.parametrize("edit", [
-    lambda ls: ["transformer-bpe 2"] + ls[1:],  # wrong version
+    lambda ls: ["transformer-bpe 3"] + ls[1:],  # wrong version
     lambda ls: ["something-else 1"] + ls[1:],  # not our format
     lambda ls: ls[:-5],  # truncated
     lambda ls: ls[:1] + ["{not json"] + ls[2:],  # header

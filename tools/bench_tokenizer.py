@@ -11,6 +11,19 @@ Writes raw JSON under results/tokenizer/:
                     teaching version at 512 only), and encoding the whole
                     corpus (this package, `tiktoken` and `tokenizers` built
                     from the same merges); every raw time, wall and CPU.
+  real_vocab.json   the vocabularies of real models, read from tiktoken rank
+                    files: merge recovery time, and cold-cache encoding of
+                    the corpus against tiktoken built from the same file, at
+                    1,024 ids (trained here, written with save_tiktoken),
+                    50,257 (GPT-2, r50k_base) and 100,256 (GPT-4,
+                    cl100k_base); ids checked identical every round.
+
+    --ranks-dir DIR   where r50k_base.tiktoken and cl100k_base.tiktoken are
+                      (default: $TIKTOKEN_RANKS_DIR, else data/). None is
+                      shipped with the book; a missing file is replaced by a
+                      vocabulary of the same size trained on the corpus, and
+                      the JSON says so.
+    --sections        comma-separated subset of compression,benchmark,real
 
 Everything runs on one thread: `tokenizers` gets RAYON_NUM_THREADS=1 (set
 below, before it is imported), the others are single-threaded anyway. The
@@ -28,6 +41,8 @@ os.environ["RAYON_NUM_THREADS"] = "1"  # before tokenizers starts its pool
 
 import argparse
 import cProfile
+import hashlib
+import tempfile
 import io
 import json
 import platform
@@ -48,6 +63,7 @@ import tiktoken  # noqa: E402
 import tokenizers  # noqa: E402
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers  # noqa
 from tokenizers import trainers  # noqa: E402
+from tiktoken.load import load_tiktoken_bpe  # noqa: E402
 
 from transformer import BPETokenizer, load_corpus, train_val_split  # noqa
 from transformer.tokenizer import END_OF_TEXT, GPT2_PATTERN  # noqa: E402
@@ -285,10 +301,118 @@ def encoding_bench(corpus, tok, repeats):
     }
 
 
+# -- real vocabularies ------------------------------------------------------
+# tiktoken's own patterns for its r50k_base (GPT-2) and cl100k_base (GPT-4)
+R50K_PATTERN = (r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++"""
+                r"""| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s""")
+CL100K_PATTERN = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++"""
+                  r"""|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$"""
+                  r"""|\s*[\r\n]|\s+(?!\S)|\s""")
+# the SHA-256 tiktoken checks its downloads against (tiktoken_ext)
+PUBLISHED_SHA256 = {
+    "r50k_base": "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9"
+                 "838dd930",
+    "cl100k_base": "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bc"
+                   "ffe865b2a7",
+}
+
+
+def rank_file(name, size, pattern, ranks_dir, corpus, tmp):
+    """(path, provenance): the user's rank file if present, else one this
+    script trains on the corpus and writes with save_tiktoken."""
+    path = ranks_dir / f"{name}.tiktoken" if name else None
+    if path is not None and path.is_file():
+        sha = hashlib.sha256(path.read_bytes()).hexdigest()
+        return path, {"source": f"{name}.tiktoken, the user's file",
+                      "sha256": sha,
+                      "published_sha256": sha == PUBLISHED_SHA256[name]}
+    tok = BPETokenizer.train(corpus, size, pattern, special_tokens=())
+    path = Path(tmp) / f"trained-{size}.tiktoken"
+    tok.save_tiktoken(path)
+    return path, {"source": f"trained on the corpus here ({len(tok.merges)}"
+                            f" merges), written with save_tiktoken"}
+
+
+def ratio_summary(runs_ours, runs_theirs, key):
+    """Per-round throughput ratios ours/theirs = theirs time / ours time."""
+    ratios = [t[key] / o[key] for o, t in zip(runs_ours, runs_theirs)]
+    return {"ratios": ratios, **summary(ratios)}
+
+
+def real_vocab_bench(corpus, ranks_dir, repeats, recover_repeats):
+    specs = [("1024", None, 1024, GPT2_PATTERN),
+             ("50k", "r50k_base", 50257, R50K_PATTERN),
+             ("100k", "cl100k_base", 100256, CL100K_PATTERN)]
+    out = {"text_bytes": len(corpus.encode()), "repeats": repeats,
+           "ranks_dir": str(ranks_dir), "vocabularies": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, name, size, pattern in specs:
+            load0 = loadavg()
+            path, provenance = rank_file(name, size, pattern, ranks_dir,
+                                         corpus[:1_000_000] if label ==
+                                         "1024" else corpus, tmp)
+            recover = []
+            for _ in range(recover_repeats):
+                tok, w, c = timed(lambda: BPETokenizer.from_tiktoken(
+                    path, pattern))
+                recover.append({"wall_s": w, "cpu_s": c})
+            ranks = load_tiktoken_bpe(str(path))
+            enc = tiktoken.Encoding(f"file-{label}", pat_str=pattern,
+                                    mergeable_ranks=ranks,
+                                    special_tokens={})
+            runs = {"ours": [], "tiktoken": [], "ours_regex_only": []}
+            identical = []
+            for r in range(repeats):
+                order = ["ours", "tiktoken", "ours_regex_only"]
+                order = order[r % 3:] + order[:r % 3]  # rotate A, B, C
+                ids = {}
+                for who in order:
+                    if who == "tiktoken":
+                        fn = lambda: enc.encode_ordinary(corpus)  # noqa
+                    else:
+                        fresh = BPETokenizer(tok.merges, pattern, (),
+                                             tok.byte_ids)  # empty cache
+                        if who == "ours_regex_only":
+                            fresh.pre_tokenize.ascii_twin = None
+                        fn = fresh.encode
+                        fn = (lambda f: lambda: f(corpus))(fn)
+                    ids[who], w, c = timed(fn)
+                    runs[who].append({"wall_s": w, "cpu_s": c})
+                identical.append(ids["ours"] == ids["tiktoken"]
+                                 == ids["ours_regex_only"])
+                print(f"{label} round {r}: " + ", ".join(
+                    f"{k} {v[-1]['wall_s']:.2f} s" for k, v in
+                    runs.items()) + f"; identical {identical[-1]}",
+                    flush=True)
+            out["vocabularies"][label] = {
+                **provenance, "pattern": pattern, "n_ranks": len(ranks),
+                "n_merges": len(tok.merges),
+                "byte_order_is_identity": tok.byte_ids == tuple(range(256)),
+                "n_tokens": len(ids["ours"]),
+                "identical_ids_every_round": all(identical),
+                "ascii_twin": tok.pre_tokenize.ascii_twin is not None,
+                "recover": {"runs": recover,
+                            "wall_s": summary([x["wall_s"] for x in
+                                               recover]),
+                            "cpu_s": summary([x["cpu_s"] for x in recover])},
+                "runs": runs,
+                "throughput_vs_tiktoken": {
+                    who: {k: ratio_summary(runs[who], runs["tiktoken"], k)
+                          for k in ("wall_s", "cpu_s")}
+                    for who in ("ours", "ours_regex_only")},
+                "loadavg_before": load0, "loadavg_after": loadavg(),
+            }
+    return out
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--ranks-dir", type=Path, default=Path(
+        os.environ.get("TIKTOKEN_RANKS_DIR", ROOT / "data")))
+    parser.add_argument("--sections", default="compression,benchmark,real")
     args = parser.parse_args()
+    sections = set(args.sections.split(","))
     corpus = load_corpus()
     if args.quick:
         corpus = corpus[:300_000]
@@ -301,27 +425,39 @@ def main():
     OUT.mkdir(parents=True, exist_ok=True)
     suffix = "_quick" if args.quick else ""
 
-    info = meta(corpus)
-    result = {"meta": info, "compression": compression(corpus, sizes)}
-    result["meta"]["loadavg_end"] = loadavg()
-    (OUT / f"compression{suffix}.json").write_text(json.dumps(result,
-                                                              indent=1))
+    if "compression" in sections:
+        info = meta(corpus)
+        result = {"meta": info, "compression": compression(corpus, sizes)}
+        result["meta"]["loadavg_end"] = loadavg()
+        (OUT / f"compression{suffix}.json").write_text(
+            json.dumps(result, indent=1))
 
-    info = meta(corpus)
-    bench = {"meta": info}
-    bench["training"] = training_bench(bench_text, [4096, 512], repeats,
-                                       teaching)
-    tok = BPETokenizer.train(bench_text, 4096)
-    bench["encoding"] = encoding_bench(corpus, tok, repeats)
-    bench["profile"] = {
-        "train_4096": profile_top(lambda: BPETokenizer.train(bench_text,
-                                                             4096)),
-        "encode_cold": profile_top(lambda: BPETokenizer(
-            tok.merges, tok.pattern, tuple(tok.special_tokens)).encode(
-                corpus)),
-    }
-    bench["meta"]["loadavg_end"] = loadavg()
-    (OUT / f"benchmark{suffix}.json").write_text(json.dumps(bench, indent=1))
+    if "benchmark" in sections:
+        info = meta(corpus)
+        bench = {"meta": info}
+        bench["training"] = training_bench(bench_text, [4096, 512], repeats,
+                                           teaching)
+        tok = BPETokenizer.train(bench_text, 4096)
+        bench["encoding"] = encoding_bench(corpus, tok, repeats)
+        bench["profile"] = {
+            "train_4096": profile_top(lambda: BPETokenizer.train(bench_text,
+                                                                 4096)),
+            "encode_cold": profile_top(lambda: BPETokenizer(
+                tok.merges, tok.pattern, tuple(tok.special_tokens)).encode(
+                    corpus)),
+        }
+        bench["meta"]["loadavg_end"] = loadavg()
+        (OUT / f"benchmark{suffix}.json").write_text(json.dumps(bench,
+                                                                indent=1))
+
+    if "real" in sections:
+        info = meta(corpus)
+        real = {"meta": info, **real_vocab_bench(
+            corpus, args.ranks_dir, 3 if args.quick else 9,
+            1 if args.quick else 3)}
+        real["meta"]["loadavg_end"] = loadavg()
+        (OUT / f"real_vocab{suffix}.json").write_text(json.dumps(real,
+                                                                 indent=1))
     print("wrote", OUT)
 
 

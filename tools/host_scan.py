@@ -67,8 +67,8 @@ def _top_level_nodes(tree: ast.Module):
 
 def host_reads(source: str) -> list[str]:
     """The host reads in one cell's top-level code, as short descriptions."""
-    code = "\n".join(line for line in source.splitlines()
-                     if not line.lstrip().startswith(("%", "!")))
+    code = "\n".join(line for line in source.splitlines()  # no magics
+                     if not re.match(r"\s*[%!](?!=)", line))
     try:
         tree = ast.parse(code)
     except SyntaxError:

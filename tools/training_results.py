@@ -164,7 +164,7 @@ def run_bigram(args) -> dict:
 
 
 def save_trained(model, tok, val_loss, val_ids, cfg) -> None:
-    """results/sampling/{tiny_gpt.pt, tokenizer.json, train_tiny.json}:
+    """results/sampling/{tiny_gpt.pt, tokenizer.bpe, train_tiny.json}:
     weights in float16 (under 2 MB), its tokenizer and a summary."""
     from transformer.data import load_corpus, train_val_split
     root = ROOT / "results" / "sampling"
@@ -172,7 +172,7 @@ def save_trained(model, tok, val_loss, val_ids, cfg) -> None:
     state = {k: v.half() for k, v in model.state_dict().items()}
     torch.save({"config": model.config.__dict__, "state_dict": state},
                root / "tiny_gpt.pt")
-    tok.save(root / "tokenizer.json")
+    tok.save(root / "tokenizer.bpe")
     _, val_text = train_val_split(load_corpus())
     record = {"source": "tools/training_results.py bigram, seed 0 (the "
               "tiny preset)", "config": model.config.__dict__,

@@ -51,7 +51,7 @@ def token_stream(vocab_size: int = DEFAULT_VOCAB_SIZE, cache_dir=None):
     code = (Path(__file__).parent / "tokenizer.py").read_bytes()
     key = hashlib.sha256(CORPUS_SHA256.encode() + str(vocab_size).encode()
                          + code).hexdigest()[:16]
-    tok_path = cache / f"bpe-{vocab_size}-{key}.json"
+    tok_path = cache / f"bpe-{vocab_size}-{key}.bpe"
     ids_path = cache / f"ids-{vocab_size}-{key}.pt"
     if tok_path.exists() and ids_path.exists():
         tok = BPETokenizer.load(tok_path)

@@ -13,6 +13,8 @@ __all__ = [
     "MLP",
     "Block",
     "GPT",
+    "hf_gpt2_config",
+    "save_hf_gpt2",
 ]
 
 
@@ -445,3 +447,111 @@ class GPT(nn.Module):
             for name, hf_name in ours.items():
                 params[name].copy_(sd[hf_name])
         return model
+
+
+import json  # here, not at the top: this section is self-contained
+import sys
+from pathlib import Path
+
+_SAFETENSORS_DTYPES = {torch.float32: "F32", torch.float16: "F16",
+                       torch.bfloat16: "BF16", torch.float64: "F64"}
+
+
+def hf_gpt2_config(config: GPTConfig) -> dict:
+    """The Hugging Face GPT2Config of `config`, as the dict config.json
+    holds; ValueError naming the field if GPT-2 cannot express it. Derived
+    in chapter "Multi-head attention, the block and the GPT model",
+    section "Saving for Hugging Face"."""
+    for name, gpt2 in (("pos_encoding", "learned"), ("norm", "layernorm"),
+                       ("norm_position", "pre")):
+        if getattr(config, name) != gpt2:
+            raise ValueError(f"config.{name}: GPT-2 has only {gpt2!r}, got "
+                             f"{getattr(config, name)!r}")
+    if not config.attn_scale:  # transformers' SDPA path ignores the flag
+        raise ValueError("config.attn_scale: GPT-2 as transformers runs it "
+                         "always divides the scores by sqrt(Dh), got False")
+    return {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2",
+            "vocab_size": config.vocab_size,
+            "n_positions": config.block_size, "n_ctx": config.block_size,
+            "n_embd": config.n_embd, "n_layer": config.n_layer,
+            "n_head": config.n_head, "n_inner": config.ffn_dim,
+            "activation_function": "gelu_new",
+            "layer_norm_epsilon": config.norm_eps,
+            "resid_pdrop": config.dropout, "embd_pdrop": config.dropout,
+            "attn_pdrop": 0.0,  # this book drops no attention weights
+            "tie_word_embeddings": config.tie_weights,
+            "initializer_range": 0.02}
+
+
+def _write_safetensors(path: Path, tensors: dict) -> None:
+    """The safetensors layout: 8-byte little-endian header length, the JSON
+    header, then every tensor's bytes, little-endian, in order."""
+    if sys.byteorder != "little":
+        raise ValueError("path: writing safetensors needs a little-endian "
+                         "machine")
+    header, blobs, offset = {"__metadata__": {"format": "pt"}}, [], 0
+    for name, t in tensors.items():
+        t = t.detach().to("cpu").contiguous()
+        if t.dtype not in _SAFETENSORS_DTYPES:
+            raise ValueError(f"model: parameter {name} has dtype {t.dtype}, "
+                             f"expected one of {list(_SAFETENSORS_DTYPES)}")
+        data = t.reshape(-1).view(torch.uint8).numpy().tobytes()
+        header[name] = {"dtype": _SAFETENSORS_DTYPES[t.dtype],
+                        "shape": list(t.shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    head = json.dumps(header, separators=(",", ":")).encode()
+    head += b" " * (-len(head) % 8)  # tensors start 8-byte aligned
+    with open(path, "wb") as f:
+        f.write(len(head).to_bytes(8, "little"))
+        f.write(head)
+        for data in blobs:
+            f.write(data)
+
+
+def save_hf_gpt2(model: GPT, directory) -> Path:
+    """Write `model` as a Hugging Face GPT-2 folder (config.json and
+    model.safetensors) that GPT2LMHeadModel.from_pretrained(directory)
+    loads; the inverse of GPT.from_hf_gpt2. ValueError naming the field
+    for a configuration GPT-2 cannot express. Derived in chapter
+    "Multi-head attention, the block and the GPT model", section "Saving
+    for Hugging Face"."""
+    if not isinstance(model, GPT):
+        raise ValueError(f"model: expected a GPT, got "
+                         f"{type(model).__name__}")
+    config = model.config
+    hf_config = hf_gpt2_config(config)
+    params = dict(model.named_parameters())  # a tied table appears once
+
+    def weight(ours, shape):
+        """Our parameter, or zeros where this model has no bias."""
+        if ours in params:
+            return params[ours]
+        return torch.zeros(shape, dtype=model.wte.weight.dtype)
+
+    D, F = config.n_embd, config.ffn_dim
+    tensors = {"transformer.wte.weight": params["wte.weight"],
+               "transformer.wpe.weight": params["wpe.weight"]}
+    for i in range(config.n_layer):
+        ours, hf = f"blocks.{i}.", f"transformer.h.{i}."
+        for part, shape in (("ln_1.weight", D), ("ln_1.bias", D),
+                            ("attn.c_attn.weight", (D, 3 * D)),
+                            ("attn.c_attn.bias", 3 * D),
+                            ("attn.c_proj.weight", (D, D)),
+                            ("attn.c_proj.bias", D),
+                            ("ln_2.weight", D), ("ln_2.bias", D),
+                            ("mlp.c_fc.weight", (D, F)),
+                            ("mlp.c_fc.bias", F),
+                            ("mlp.c_proj.weight", (F, D)),
+                            ("mlp.c_proj.bias", D)):
+            tensors[hf + part] = weight(ours + part, shape)
+    tensors["transformer.ln_f.weight"] = params["ln_f.weight"]
+    tensors["transformer.ln_f.bias"] = weight("ln_f.bias", D)
+    if not config.tie_weights:
+        tensors["lm_head.weight"] = params["lm_head.weight"]
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.json").write_text(json.dumps(hf_config, indent=2))
+    _write_safetensors(directory / "model.safetensors", tensors)
+    return directory

@@ -4,14 +4,22 @@ from __future__ import annotations
 
 __all__ = [
     "merge_pair",
+    "PreTokenizer",
     "BPETokenizer",
 ]
 
 
+import array
+import base64
+import binascii
 import codecs
 import heapq
+import itertools
 import json
+import operator
 import re
+import sys
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -40,10 +48,199 @@ GPT2_PATTERN = (r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+"""
 END_OF_TEXT = "<|endoftext|>"
 
 
+def _merge_chars(s, rank_of, pair_of):
+    """Move 5 on one chunk held as characters, chr(id) per token: while
+    some adjacent pair was merged in training, replace every occurrence
+    of the lowest-ranked one, left to right (str.replace is merge_pair).
+    rank_of: pair (2 characters) -> merged id; pair_of[id]: its pair.
+    Derived in chapter "Tokenization: byte-level BPE", section "Encoding
+    at real vocabulary sizes"."""
+    while len(s) > 1:
+        new_id = min(map(rank_of, map(operator.add, s, s[1:]), _NEVER))
+        if new_id == _NO_RANK:
+            break  # no adjacent pair was ever merged
+        s = s.replace(pair_of[new_id], chr(new_id))
+    return s
+
+
+def _ids_of(chars):
+    """The ids of a str of token characters: ord of each, in C."""
+    if not _PACKED:
+        return list(map(ord, chars))
+    data = chars.encode(_UTF32, "surrogatepass")  # 4 bytes per id
+    return memoryview(data).cast("I").tolist()
+
+
+class _ChunkCache(dict):
+    """chunk -> token characters; a chunk not seen yet is encoded once."""
+
+    def __init__(self, encode):
+        super().__init__()
+        self.encode = encode
+
+    def __missing__(self, chunk):
+        chars = self[chunk] = self.encode(chunk)
+        return chars
+
+
+_TWIN_GROUPS = ("(?:", "(?=", "(?!", "(?<=", "(?<!", "(?>", "(?i:")
+_TWIN_PROBE = ("".join(map(chr, range(128))) + " Is't 'S a  b\t\n\n x1 22 "
+               "333 4444 ?! ...\r\n  \n'LL 'll 've'VE 're 'm 'd 't \x0b\x1c"
+               " a\x0c -- z9 'Z ' ' \n ")
+
+
+def _ascii_set(escape):
+    """The body of a [...] class for `re` that holds exactly the ASCII
+    characters `regex` matches with `escape` (for example \\p{L})."""
+    compiled = regex.compile(escape)
+    return "".join(f"\\x{c:02x}" for c in range(128)
+                   if compiled.fullmatch(chr(c)))
+
+
+def _ascii_twin(pattern, compiled):
+    """A pattern for Python's `re` that cuts every ASCII text exactly as
+    `pattern` does under `regex`, or None.
+
+    Each class escape (\\p{..}, \\P{..}, \\s, \\S, \\d, \\D, \\w, \\W)
+    becomes the ASCII characters `regex` itself matches with it, so on
+    ASCII text nothing can differ; every other construct must be one of a
+    short list the two modules read alike, or there is no twin. The twin
+    must also cut a probe text exactly as `regex` does. Derived in chapter
+    "Tokenization: byte-level BPE", section "Encoding at real vocabulary
+    sizes"."""
+    if not pattern.isascii():
+        return None
+    out, i, n = [], 0, len(pattern)
+    groups = []  # open groups: True if case-insensitive
+    in_class = class_items = 0
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            if i + 1 == n:
+                return None
+            d = pattern[i + 1]
+            j = i + 2
+            if d in "pP":
+                j = pattern.find("}", i) + 1 if pattern[j:j + 1] == "{" \
+                    else j + 1
+                if j <= i + 2:
+                    return None
+            if d in "pPsSdDwW":
+                if any(groups):
+                    return None  # case folding of classes: no twin
+                body = _ascii_set(pattern[i:j])
+                out.append(body if in_class else
+                           f"[{body}]" if body else "[^\\x00-\\x7f]")
+            elif d in "rntf" or not d.isalnum():
+                out.append(pattern[i:j])
+            elif d == "x" and regex.fullmatch(r"[0-9a-fA-F]{2}",
+                                              pattern[j:j + 2]):
+                j += 2
+                out.append(pattern[i:j])
+            else:
+                return None  # \b, \A, \1, \N{..}, \X, \K, ...: no twin
+            class_items += 1
+            i = j
+            continue
+        if in_class:
+            if c == "[" or pattern[i:i + 2] in ("--", "&&", "||", "~~"):
+                return None  # nested sets, set operations
+            if c == "]" and class_items:
+                in_class = False
+            elif c == "]":
+                return None  # "[]" or "[^]": read differently
+            elif not (c == "^" and pattern[i - 1] == "["):
+                class_items += 1
+            out.append(c)
+        elif c == "[":
+            in_class, class_items = True, 0
+            out.append(c)
+        elif c == "(":
+            opener = next((g for g in _TWIN_GROUPS
+                           if pattern.startswith(g, i)), None)
+            if opener is None and pattern.startswith("(?", i):
+                return None  # flags, named groups, comments, ...
+            opener = opener or "("
+            groups.append(opener == "(?i:")
+            out.append(opener)
+            i += len(opener)
+            continue
+        elif c == ")":
+            if not groups:
+                return None
+            groups.pop()
+            out.append(c)
+        else:
+            out.append(c)
+        i += 1
+    if in_class or groups:
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # FutureWarning: no twin
+            twin = re.compile("".join(out))
+    except (re.error, Warning, RecursionError):
+        return None
+    probe = _TWIN_PROBE + _TWIN_PROBE[::-1]
+    if twin.groups != compiled.groups or (
+            [m.span() for m in twin.finditer(probe)]
+            != [m.span() for m in compiled.finditer(probe)]):
+        return None
+    return twin
+
+
+class PreTokenizer:
+    """Cuts a text into chunks with a regular expression and loses nothing:
+    each match, whole (never a capturing group), and each stretch of text
+    between two matches, which no alternative covered, in order. So
+    "".join(pre_tokenize(text)) == text for every pattern and text.
+
+    Text that is all ASCII runs through an exact twin of the pattern for
+    Python's faster `re` when one exists (section "Encoding at real
+    vocabulary sizes"). Derived in chapter "Tokenization: byte-level
+    BPE", section "Pre-tokenization"."""
+
+    def __init__(self, pattern: str):
+        if not isinstance(pattern, str):
+            raise ValueError(f"pattern: expected a regex str or None, got "
+                             f"{type(pattern).__name__}")
+        try:
+            self.regex = regex.compile(pattern)
+        except regex.error as err:
+            raise ValueError(f"pattern: not a valid regex ({err})") from None
+        self.pattern = pattern
+        self.ascii_twin = _ascii_twin(pattern, self.regex)
+
+    def __call__(self, text: str) -> list:
+        rx = self.regex
+        if self.ascii_twin is not None and text.isascii():
+            rx = self.ascii_twin
+        if not rx.groups:  # findall gives whole matches: the fast path
+            chunks = rx.findall(text)
+            if sum(map(len, chunks)) == len(text):
+                return chunks  # matches that add up to the text: no gaps
+        chunks, end = [], 0
+        for match in rx.finditer(text):
+            start, stop = match.span()
+            if start > end:
+                chunks.append(text[end:start])  # no alternative matched
+            if stop > start:
+                chunks.append(text[start:stop])  # the whole match
+            end = stop
+        if end < len(text):
+            chunks.append(text[end:])
+        return chunks
+
+
 BPE_FORMAT = "transformer-bpe"
-BPE_FORMAT_VERSION = 1
-_NO_RANK = 1 << 62  # ranks.get default: larger than any merge id
+BPE_FORMAT_VERSION = 2
+MAX_TOKEN_BYTES = 1024  # longest token a file may define (load, tiktoken)
+_NO_RANK = 1 << 62  # the rank of a pair that was never merged
+_NEVER = itertools.repeat(_NO_RANK)  # map(ranks.get, pairs, _NEVER)
+_MAX_ID = sys.maxunicode  # an id is held as the character chr(id)
 _CACHE_LIMIT = 1 << 17  # chunks remembered by encode before a reset
+_UTF32 = "utf-32-le" if sys.byteorder == "little" else "utf-32-be"
+_PACKED = array.array("I").itemsize == 4  # 4-byte ids: see _ids_of
 
 
 def _surrogates_else_replace(err):
@@ -68,29 +265,22 @@ def _check_text(text, name="text"):
 
 
 def _check_special_tokens(special_tokens):
-    if isinstance(special_tokens, str) or not isinstance(
-            special_tokens, (tuple, list)):
-        raise ValueError("special_tokens: expected a tuple of str, got "
-                         f"{special_tokens!r}")
-    for tok in special_tokens:
+    """(tokens, ids): ids is None for a tuple (ids follow the merges)."""
+    ids = None
+    if isinstance(special_tokens, dict):
+        tokens, ids = list(special_tokens), list(special_tokens.values())
+    elif isinstance(special_tokens, (tuple, list)):
+        tokens = list(special_tokens)
+    else:
+        raise ValueError("special_tokens: expected a tuple of str or a "
+                         f"dict str -> id, got {special_tokens!r}")
+    for tok in tokens:
         if not isinstance(tok, str) or not tok:
             raise ValueError("special_tokens: expected non-empty str, got "
                              f"{tok!r}")
-    if len(set(special_tokens)) != len(special_tokens):
+    if len(set(tokens)) != len(tokens):
         raise ValueError(f"special_tokens: duplicates in {special_tokens!r}")
-    return tuple(special_tokens)
-
-
-def _compile_pattern(pattern):
-    if pattern is None:
-        return None
-    if not isinstance(pattern, str):
-        raise ValueError(f"pattern: expected a regex str or None, got "
-                         f"{type(pattern).__name__}")
-    try:
-        return regex.compile(pattern)
-    except regex.error as err:
-        raise ValueError(f"pattern: not a valid regex ({err})") from None
+    return tokens, ids
 
 
 def _special_splitter(specials):
@@ -99,7 +289,7 @@ def _special_splitter(specials):
     return re.compile("(" + "|".join(map(re.escape, alternatives)) + ")")
 
 
-def _chunk_counts(text, pattern, special_tokens):
+def _chunk_counts(text, pre_tokenize, special_tokens):
     """Unique pre-tokenized chunks of `text` and how often each occurs.
 
     Special tokens are cut out first, so no chunk straddles or contains one
@@ -108,12 +298,11 @@ def _chunk_counts(text, pattern, special_tokens):
     if special_tokens:
         parts = _special_splitter(special_tokens).split(text)[::2]
     counts = Counter()
-    if pattern is None:
+    if pre_tokenize is None:
         counts.update(p for p in parts if p)
     else:
-        compiled = regex.compile(pattern)
         for part in parts:
-            counts.update(compiled.findall(part))
+            counts.update(pre_tokenize(part))
     return counts
 
 
@@ -186,20 +375,34 @@ def _train_merges(chunk_counts, n_merges):
     return merges
 
 
+def _existing_file(path):
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"path: expected an existing file, got "
+                         f"{str(path)!r}")
+    return path
+
+
 class BPETokenizer:
-    """Byte-level BPE: ids 0..255 are bytes, id 256 + k is the k-th merge,
-    special tokens come last. Exactly reversible for every str and bytes.
+    """Byte-level BPE: ids 0..255 are the bytes (in the order `byte_ids`
+    gives, by default byte b is id b), id 256 + k is the k-th merge,
+    special tokens come last. Exactly reversible for every str and bytes,
+    whatever the pattern.
 
-    Build one with `BPETokenizer.train(text, vocab_size)` or
-    `BPETokenizer.load(path)`. pattern=None (plain byte-level BPE) makes the
-    whole text one chunk: fine for short texts, quadratic in long ones.
-    Derived in chapter "Tokenization: byte-level BPE" (moves 1-7, sections
-    "Pre-tokenization" and "Special tokens")."""
+    Build one with `BPETokenizer.train(text, vocab_size)`,
+    `BPETokenizer.load(path)` or `BPETokenizer.from_tiktoken(path,
+    pattern)`. pattern=None (plain byte-level BPE) makes the whole text
+    one chunk: fine for short texts, quadratic in long ones.
+    `special_tokens` is a tuple (ids follow the merges) or a dict
+    token -> id (any ids from 256 + len(merges) on). `max_token_bytes`
+    refuses merges that would build a longer token, before building any.
+    Derived in chapter "Tokenization: byte-level BPE" (moves 1-9, sections
+    "Pre-tokenization", "Special tokens" and "Real vocabularies")."""
 
-    def __init__(self, merges, pattern=GPT2_PATTERN, special_tokens=()):
-        self.merges = []
-        self.vocab = {i: bytes([i]) for i in range(256)}
-        self._ranks = {}  # (a, b) -> merged id; a smaller id = earlier merge
+    def __init__(self, merges, pattern=GPT2_PATTERN, special_tokens=(),
+                 byte_ids=None, max_token_bytes=None):
+        n_bytes = [1] * 256  # token lengths, checked before any is built
+        self._rank = {}  # (a, b) -> merged id; a smaller id = earlier merge
         for k, pair in enumerate(merges):
             new_id = 256 + k
             if (not isinstance(pair, (tuple, list)) or len(pair) != 2
@@ -208,25 +411,61 @@ class BPETokenizer:
                 raise ValueError(f"merges: entry {k} is {pair!r}, expected "
                                  f"a pair of ids in [0, {new_id})")
             a, b = pair
-            if (a, b) in self._ranks:
+            if (a, b) in self._rank:
                 raise ValueError(f"merges: entry {k} repeats {(a, b)}")
-            self.merges.append((a, b))
-            self._ranks[(a, b)] = new_id
-            self.vocab[new_id] = self.vocab[a] + self.vocab[b]
-        self._regex = _compile_pattern(pattern)
+            self._rank[(a, b)] = new_id
+            n_bytes.append(n_bytes[a] + n_bytes[b])
+            if max_token_bytes is not None and n_bytes[-1] > max_token_bytes:
+                raise ValueError(
+                    f"merges: entry {k} would build a token of "
+                    f"{n_bytes[-1]:,} bytes; max_token_bytes = "
+                    f"{max_token_bytes:,}")
+        self.merges = list(self._rank)
+        if byte_ids is None:
+            byte_ids = range(256)
+        if (not isinstance(byte_ids, (tuple, list, range))
+                or sorted(byte_ids) != list(range(256))):
+            raise ValueError("byte_ids: expected a permutation of 0..255 "
+                             "(byte_ids[b] is the id of byte b)")
+        self.byte_ids = tuple(byte_ids)
+        self._byte_table = (None if self.byte_ids == tuple(range(256))
+                            else bytes(self.byte_ids))  # bytes.translate
+        self.vocab = {i: bytes([b]) for b, i in enumerate(self.byte_ids)}
+        self.vocab = dict(sorted(self.vocab.items()))
+        for k, (a, b) in enumerate(self.merges):
+            self.vocab[256 + k] = self.vocab[a] + self.vocab[b]
         self.pattern = pattern
-        self.special_tokens = {}  # str -> id
-        for tok in _check_special_tokens(special_tokens):
-            self.special_tokens[tok] = len(self.vocab)
-            self.vocab[len(self.vocab)] = tok.encode("utf-8")
-        self._special_ids = {i: t for t, i in self.special_tokens.items()}
-        self._cache = {}  # chunk (str) -> ids
-        self._bytes_cache = {}  # chunk (bytes) -> ids
+        self.pre_tokenize = None if pattern is None else PreTokenizer(
+            pattern)
+        tokens, ids = _check_special_tokens(special_tokens)
+        first = 256 + len(self.merges)
+        if ids is None:
+            ids = list(range(first, first + len(tokens)))
+        for tok, i in zip(tokens, ids):
+            if type(i) is not int or not first <= i <= _MAX_ID or \
+                    i in self.vocab:
+                raise ValueError(f"special_tokens: id of {tok!r} is {i!r}, "
+                                 f"expected an unused int in [{first}, "
+                                 f"{_MAX_ID}]")
+            self.vocab[i] = tok.encode("utf-8")
+        self.special_tokens = dict(zip(tokens, ids))  # str -> id
+        self._n_ids = max(self.vocab) + 1
+        # the same merges, keyed by characters (section "Encoding at real
+        # vocabulary sizes"): pair chr(a) + chr(b) -> id, and back
+        self._rank_of = {chr(a) + chr(b): i
+                         for (a, b), i in self._rank.items()}
+        self._pair_of = [None] * 256 + list(self._rank_of)
+        self._token_of = {}  # bytes -> the character of the first such id
+        for i in range(256 + len(self.merges)):
+            self._token_of.setdefault(self.vocab[i], chr(i))
+        self._cache = _ChunkCache(self._encode_text_chunk)
+        self._bytes_cache = _ChunkCache(self._encode_chunk)
 
     @property
     def vocab_size(self) -> int:
-        """256 bytes + merges + special tokens."""
-        return len(self.vocab)
+        """One more than the largest id: 256 bytes + merges + special
+        tokens when the special tokens follow the merges."""
+        return self._n_ids
 
     def __repr__(self):
         kind = "regex" if self.pattern is not None else "plain byte-level"
@@ -245,56 +484,42 @@ class BPETokenizer:
         smallest (first id, second id), eq-bpe-argmax. Derived in chapter
         "Tokenization: byte-level BPE", moves 2-7."""
         _check_text(text)
-        special_tokens = _check_special_tokens(special_tokens)
-        floor = 256 + len(special_tokens)
+        if isinstance(special_tokens, dict):
+            raise ValueError("special_tokens: expected a tuple of str (train "
+                             "gives them the ids after the merges)")
+        tokens, _ = _check_special_tokens(special_tokens)
+        floor = 256 + len(tokens)
         if type(vocab_size) is not int or vocab_size < floor:
             raise ValueError(f"vocab_size: expected an int >= {floor} (256 "
-                             f"bytes, plus {len(special_tokens)} for the "
+                             f"bytes, plus {len(tokens)} for the "
                              f"special tokens), got {vocab_size!r}")
-        _compile_pattern(pattern)
-        chunks = _chunk_counts(text, pattern, special_tokens)
+        pre_tokenize = None if pattern is None else PreTokenizer(pattern)
+        chunks = _chunk_counts(text, pre_tokenize, tokens)
         merges = _train_merges(chunks, vocab_size - floor)
-        return cls(merges, pattern, special_tokens)
+        return cls(merges, pattern, tokens)
 
     # -- encoding ----------------------------------------------------------
-    def _encode_chunk(self, data: bytes) -> list:
-        """Replay the merges on one chunk, lowest rank first (move 5).
+    def _encode_chunk(self, data: bytes) -> str:
+        """Token characters of one chunk's bytes (moves 1, 5 and 8): a
+        chunk that is a token is that token, as move 5 would rebuild it."""
+        whole = self._token_of.get(data)
+        if whole is not None:
+            return whole
+        if self._byte_table is not None:
+            data = data.translate(self._byte_table)  # byte -> its id
+        return _merge_chars(data.decode("latin-1"), self._rank_of.get,
+                            self._pair_of)
 
-        Merging the leftmost occurrence of the lowest-ranked pair, one at a
-        time, is the left-to-right scan of merge_pair; after each merge only
-        the ranks of the two pairs next to it change."""
-        ids = list(data)
-        get = self._ranks.get
-        ranks = [get(pair, _NO_RANK) for pair in zip(ids, ids[1:])]
-        while ranks:
-            new_id = min(ranks)
-            if new_id == _NO_RANK:
-                break  # no adjacent pair was ever merged
-            i = ranks.index(new_id)
-            ids[i:i + 2] = (new_id,)
-            around = []
-            if i > 0:
-                around.append(get((ids[i - 1], new_id), _NO_RANK))
-            if i + 1 < len(ids):
-                around.append(get((new_id, ids[i + 1]), _NO_RANK))
-            ranks[max(i - 1, 0):i + 2] = around
-        return ids
+    def _encode_text_chunk(self, chunk: str) -> str:
+        return self._encode_chunk(chunk.encode("utf-8", "surrogatepass"))
 
-    def _encode_ordinary(self, text: str, out: list) -> None:
-        if self._regex is None:
-            if text:
-                out += self._encode_chunk(
-                    text.encode("utf-8", "surrogatepass"))
-            return
+    def _encode_ordinary(self, text: str) -> str:
+        if self.pre_tokenize is None:
+            return self._encode_text_chunk(text) if text else ""
         cache = self._cache
         if len(cache) > _CACHE_LIMIT:
             cache.clear()
-        for chunk in self._regex.findall(text):
-            ids = cache.get(chunk)
-            if ids is None:
-                ids = cache[chunk] = self._encode_chunk(
-                    chunk.encode("utf-8", "surrogatepass"))
-            out += ids
+        return "".join(map(cache.__getitem__, self.pre_tokenize(text)))
 
     def _allowed(self, allowed_special):
         if allowed_special == "all":
@@ -322,17 +547,13 @@ class BPETokenizer:
         Derived in chapter "Tokenization: byte-level BPE", move 5."""
         _check_text(text)
         allowed = self._allowed(allowed_special)
-        out = []
         if not allowed:
-            self._encode_ordinary(text, out)
-            return out
+            return _ids_of(self._encode_ordinary(text))
         parts = _special_splitter(allowed).split(text)
-        for k, part in enumerate(parts):
-            if k % 2:  # odd parts are the special tokens themselves
-                out.append(self.special_tokens[part])
-            else:
-                self._encode_ordinary(part, out)
-        return out
+        pieces = [chr(self.special_tokens[part]) if k % 2
+                  else self._encode_ordinary(part)
+                  for k, part in enumerate(parts)]  # odd: special tokens
+        return _ids_of("".join(pieces))
 
     def encode_bytes(self, data) -> list:
         """Token ids of arbitrary bytes (invalid UTF-8 included); special
@@ -344,20 +565,15 @@ class BPETokenizer:
             raise ValueError(f"data: expected bytes, got "
                              f"{type(data).__name__}")
         data = bytes(data)
-        if self._regex is None:
-            return self._encode_chunk(data) if data else []
+        if self.pre_tokenize is None:
+            return _ids_of(self._encode_chunk(data)) if data else []
         cache = self._bytes_cache
         if len(cache) > _CACHE_LIMIT:
             cache.clear()
-        out = []
         text = data.decode("utf-8", "surrogateescape")
-        for chunk in self._regex.findall(text):
-            raw = chunk.encode("utf-8", "surrogateescape")
-            ids = cache.get(raw)
-            if ids is None:
-                ids = cache[raw] = self._encode_chunk(raw)
-            out += ids
-        return out
+        raw = [c.encode("utf-8", "surrogateescape")
+               for c in self.pre_tokenize(text)]
+        return _ids_of("".join(map(cache.__getitem__, raw)))
 
     # -- decoding ----------------------------------------------------------
     def decode_bytes(self, ids) -> bytes:
@@ -378,7 +594,8 @@ class BPETokenizer:
         for pos, i in enumerate(ids):
             if type(i) is not int or i not in vocab:
                 raise ValueError(f"ids: element {pos} is {i!r}, expected an "
-                                 f"id in [0, {self.vocab_size})")
+                                 f"id of this vocabulary (0 to "
+                                 f"{self.vocab_size - 1})")
         raise AssertionError("unreachable")
 
     def decode(self, ids, errors: str = "replace") -> str:
@@ -405,11 +622,13 @@ class BPETokenizer:
 
     # -- files -------------------------------------------------------------
     def save(self, path) -> None:
-        """Write the tokenizer as text, format `transformer-bpe 1`:
+        """Write the tokenizer as text, format `transformer-bpe 2`, to
+        `path` (by convention named *.bpe):
 
-            line 1   transformer-bpe 1
+            line 1   transformer-bpe 2
             line 2   JSON: {"pattern": str or null, "merges": M,
-                            "special_tokens": [[token, id], ...]}
+                            "special_tokens": [[token, id], ...],
+                            "byte_ids": [256 ids] (only if not 0..255)}
             M lines  "a b<TAB>token": merge k makes id 256 + k from ids
                      a and b; token is its bytes as a JSON string
                      (invalid UTF-8 as \\xNN), for people, and checked
@@ -420,6 +639,8 @@ class BPETokenizer:
         header = {"pattern": self.pattern, "merges": len(self.merges),
                   "special_tokens": [[t, i] for t, i
                                      in self.special_tokens.items()]}
+        if self._byte_table is not None:
+            header["byte_ids"] = list(self.byte_ids)
         lines = [f"{BPE_FORMAT} {BPE_FORMAT_VERSION}",
                  json.dumps(header, ensure_ascii=False)]
         for k, (a, b) in enumerate(self.merges):
@@ -431,12 +652,11 @@ class BPETokenizer:
         return json.dumps(text, ensure_ascii=False)
 
     @classmethod
-    def load(cls, path):
-        """Read a file written by save(); ValueError if it is not one."""
-        path = Path(path)
-        if not path.is_file():
-            raise ValueError(f"path: expected an existing file, got "
-                             f"{str(path)!r}")
+    def load(cls, path, max_token_bytes=MAX_TOKEN_BYTES):
+        """Read a file written by save() (format version 1 or 2);
+        ValueError if it is not one, or if a merge would build a token
+        longer than `max_token_bytes` (checked before building any)."""
+        path = _existing_file(path)
         try:
             lines = path.read_text(encoding="utf-8").split("\n")
             name, _, version = lines[0].partition(" ")
@@ -444,32 +664,185 @@ class BPETokenizer:
                 raise ValueError(f"first line is {lines[0][:40]!r}, "
                                  f"expected '{BPE_FORMAT} "
                                  f"{BPE_FORMAT_VERSION}'")
-            if version != str(BPE_FORMAT_VERSION):
+            if version not in ("1", str(BPE_FORMAT_VERSION)):
                 raise ValueError(f"format version {version!r}; this code "
-                                 f"reads version {BPE_FORMAT_VERSION}")
+                                 f"reads versions 1 and "
+                                 f"{BPE_FORMAT_VERSION}")
             header = json.loads(lines[1])
             n = header["merges"]
             body = lines[2:2 + n]
-            if len(body) != n or any(lines[2 + n:]):
+            if type(n) is not int or len(body) != n or any(lines[2 + n:]):
                 raise ValueError(f"expected {n} merge lines")
             merges = []
             for line in body:
                 ids, _, _ = line.partition("\t")
                 a, b = ids.split(" ")
                 merges.append((int(a), int(b)))
-            specials = [t for t, _ in header["special_tokens"]]
-            tok = cls(merges, header["pattern"], tuple(specials))
+            specials = {t: i for t, i in header["special_tokens"]}
+            byte_ids = header.get("byte_ids") if version != "1" else None
+            tok = cls(merges, header["pattern"], specials, byte_ids,
+                      max_token_bytes)
             for line_no, line in enumerate(body, start=3):
                 shown = line.partition("\t")[2]
                 if shown and shown != tok._readable(256 + line_no - 3):
                     raise ValueError(f"line {line_no}: token {shown} does "
                                      f"not match its merge")
-            ids = [i for _, i in header["special_tokens"]]
-            if ids != list(tok.special_tokens.values()):
-                raise ValueError(f"special token ids {ids} do not follow "
-                                 f"the merges")
         except (ValueError, KeyError, IndexError, TypeError) as err:
             raise ValueError(f"path: {str(path)!r} is not a valid "
-                             f"{BPE_FORMAT} {BPE_FORMAT_VERSION} file "
-                             f"({err})") from None
+                             f"{BPE_FORMAT} file ({err})") from None
         return tok
+
+    @classmethod
+    def from_tiktoken(cls, path, pattern, special_tokens=None,
+                      max_token_bytes=MAX_TOKEN_BYTES):
+        """Read a tiktoken rank file (one line per token: its bytes in
+        base64, a space, its rank; ranks 0..255 are the single bytes in any
+        order, merges after) and recover the merges (move 9), so that
+        encoding gives the ids tiktoken gives with the same file, `pattern`
+        and `special_tokens` (a dict token -> id, as tiktoken takes them).
+        Section "Real vocabularies" of chapter "Tokenization: byte-level
+        BPE"."""
+        path = _existing_file(path)
+        try:
+            tokens = _read_rank_file(path, max_token_bytes)
+            byte_ids, merges = _recover_merges(tokens)
+        except ValueError as err:
+            raise ValueError(f"path: {str(path)!r} is not a tiktoken rank "
+                             f"file of BPE merges ({err})") from None
+        return cls(merges, pattern, special_tokens or (), byte_ids)
+
+    def _ranked_tokens(self):
+        """(bytes, id) of every byte and merge; ValueError if two ids
+        share their bytes, which a rank file cannot say."""
+        seen = {}
+        for i in range(256 + len(self.merges)):
+            token = self.vocab[i]
+            if token in seen:
+                raise ValueError(f"tokenizer: ids {seen[token]} and {i} "
+                                 f"both stand for {token!r}; a rank file "
+                                 f"maps bytes to one id")
+            seen[token] = i
+        return seen.items()
+
+    def save_tiktoken(self, path) -> None:
+        """Write the bytes and merges as a tiktoken rank file (special
+        tokens are not part of that format: pass them again to
+        from_tiktoken or tiktoken.Encoding). Section "Real vocabularies"
+        of chapter "Tokenization: byte-level BPE"."""
+        lines = [base64.b64encode(token) + b" %d" % i
+                 for token, i in self._ranked_tokens()]
+        Path(path).write_bytes(b"\n".join(lines) + b"\n")
+
+    def save_tokenizer_json(self, path) -> None:
+        """Write a Hugging Face `tokenizers` file (tokenizer.json) with the
+        same pattern, bytes, merges and special tokens, so that
+        PreTrainedTokenizerFast(tokenizer_file=path) gives the same ids on
+        valid text, special tokens allowed. Section "Leaving the book" of
+        chapter "Tokenization: byte-level BPE"."""
+        ranked = self._ranked_tokens()
+        name = {i: "".join(map(_GPT2_BYTE_CHARS.__getitem__, token))
+                for token, i in ranked}
+        clash = set(self.special_tokens) & set(name.values())
+        if clash:
+            raise ValueError(f"special_tokens: {sorted(clash)!r} spell "
+                             f"ordinary tokens in the tokenizers alphabet")
+        pre = [{"type": "ByteLevel", "add_prefix_space": False,
+                "trim_offsets": True, "use_regex": False}]
+        if self.pattern is not None:  # every chunk, gaps included
+            pre.insert(0, {"type": "Split", "pattern": {
+                "Regex": self.pattern}, "behavior": "Isolated",
+                "invert": False})
+        added = [{"id": i, "content": t, "single_word": False,
+                  "lstrip": False, "rstrip": False, "normalized": False,
+                  "special": True} for t, i in self.special_tokens.items()]
+        doc = {
+            "version": "1.0", "truncation": None, "padding": None,
+            "added_tokens": added, "normalizer": None,
+            "pre_tokenizer": {"type": "Sequence", "pretokenizers": pre},
+            "post_processor": None,
+            "decoder": {"type": "ByteLevel", "add_prefix_space": False,
+                        "trim_offsets": True, "use_regex": False},
+            "model": {"type": "BPE", "dropout": None, "unk_token": None,
+                      "continuing_subword_prefix": None,
+                      "end_of_word_suffix": None, "fuse_unk": False,
+                      "byte_fallback": False, "ignore_merges": False,
+                      "vocab": {**{name[i]: i for i in sorted(name)},
+                                **self.special_tokens},  # keeps their ids
+                      "merges": [[name[a], name[b]]
+                                 for a, b in self.merges]}}
+        Path(path).write_text(json.dumps(doc, ensure_ascii=False),
+                              encoding="utf-8")
+
+
+def _read_rank_file(path, max_token_bytes):
+    """The tokens of a tiktoken rank file, by rank; ValueError if the
+    ranks are not 0..n-1, the first 256 not the single bytes, or a token
+    longer than max_token_bytes."""
+    by_rank = {}
+    for line_no, line in enumerate(path.read_bytes().splitlines(), 1):
+        if not line:
+            continue
+        fields = line.split()
+        try:
+            token = base64.b64decode(fields[0], validate=True)
+            rank = int(fields[1])
+            if len(fields) != 2:
+                raise ValueError
+        except (binascii.Error, ValueError, IndexError):
+            raise ValueError(f"line {line_no}: expected 'base64 rank', "
+                             f"got {line[:40]!r}") from None
+        if not 1 <= len(token) <= max_token_bytes:
+            raise ValueError(f"line {line_no}: a token of {len(token):,} "
+                             f"bytes; expected 1 to max_token_bytes = "
+                             f"{max_token_bytes:,}")
+        if rank in by_rank:
+            raise ValueError(f"line {line_no}: rank {rank} given twice")
+        by_rank[rank] = token
+    tokens = [by_rank.get(r) for r in range(len(by_rank))]
+    if None in tokens:
+        raise ValueError(f"ranks are not 0..{len(tokens) - 1}")
+    if len(set(tokens)) != len(tokens):
+        raise ValueError("two ranks have the same bytes")
+    if len(tokens) < 256 or any(len(t) != 1 for t in tokens[:256]):
+        raise ValueError("ranks 0-255 are not the 256 single bytes")
+    return tokens
+
+
+def _recover_merges(tokens):
+    """(byte_ids, merges) from tokens listed by rank (move 9): the merge
+    that made the token of rank r is the pair that BPE with the merges of
+    lower rank leaves of its bytes; it must leave exactly two tokens."""
+    byte_ids = [0] * 256
+    for rank, token in enumerate(tokens[:256]):
+        byte_ids[token[0]] = rank
+    table = bytes(byte_ids)
+    rank_of, pair_of, merges = {}, [None] * 256, []
+    for rank in range(256, len(tokens)):
+        chars = tokens[rank].translate(table).decode("latin-1")
+        pair = _merge_chars(chars, rank_of.get, pair_of)
+        if len(pair) != 2:
+            raise ValueError(f"rank {rank}: the earlier ranks make "
+                             f"{tokens[rank]!r} from {len(pair)} tokens, "
+                             f"not from a pair")
+        rank_of[pair] = rank
+        pair_of.append(pair)
+        merges.append((ord(pair[0]), ord(pair[1])))
+    return byte_ids, merges
+
+
+def _gpt2_byte_chars():
+    """GPT-2's printable stand-in for each byte, the alphabet of
+    `tokenizers`' ByteLevel: printable Latin-1 bytes stand for themselves,
+    the other 68 for chr(256), chr(257), ... in byte order."""
+    keep = [*range(33, 127), *range(161, 173), *range(174, 256)]
+    chars, n = {}, 0
+    for b in range(256):
+        if b in keep:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(256 + n)
+            n += 1
+    return [chars[b] for b in range(256)]
+
+
+_GPT2_BYTE_CHARS = _gpt2_byte_chars()
