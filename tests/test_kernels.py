@@ -7,10 +7,11 @@ import itertools
 import pytest
 import torch
 import torch.nn.functional as F
-import transformers
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.autograd import gradcheck
+
+import oracles  # tools/, on sys.path via the root conftest.py
 
 from transformer import (GPT, GPTConfig, causal_attention, cross_entropy_mean,
                          gelu_tanh_fused, layer_norm, make_caches,
@@ -184,10 +185,8 @@ def test_cached_decoding_equals_recompute(fused):
 
 
 def test_fused_model_matches_hugging_face_gpt2():
-    cfg = transformers.GPT2Config(vocab_size=50, n_positions=32, n_embd=32,
-                                  n_layer=2, n_head=4)
-    torch.manual_seed(0)
-    hf = transformers.GPT2LMHeadModel(cfg).eval()
+    hf = oracles.hf_gpt2(GPTConfig(vocab_size=50, block_size=32, n_embd=32,
+                                   n_layer=2, n_head=4), attn="sdpa")
     ours = GPT.from_hf_gpt2(hf).eval()
     assert ours.config.fused
     idx = torch.randint(0, 50, (2, 32))

@@ -4,7 +4,8 @@ derived formula exactly, and Hugging Face GPT-2 with its own cache is an
 oracle for the tokens."""
 import pytest
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel
+
+import oracles  # tools/, on sys.path via the root conftest.py
 
 from transformer.cost_model import kv_cache_bytes
 from transformer.kv_cache import KVCache, generate, make_caches
@@ -100,11 +101,8 @@ def test_cache_bytes_equal_derived_formula(B, T):
 
 
 def test_matches_hugging_face_gpt2_with_its_cache():
-    torch.manual_seed(0)
-    hf = GPT2LMHeadModel(GPT2Config(
-        vocab_size=97, n_positions=64, n_embd=32, n_layer=2, n_head=4,
-        activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0,
-        attn_pdrop=0.0)).eval()
+    hf = oracles.hf_gpt2(GPTConfig(vocab_size=97, block_size=64, n_embd=32,
+                                   n_layer=2, n_head=4))
     ours = GPT.from_hf_gpt2(hf).eval()
     idx = torch.randint(0, 97, (1, 6),
                         generator=torch.Generator().manual_seed(6))

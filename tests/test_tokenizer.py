@@ -4,7 +4,6 @@ import random
 
 import pytest
 import regex
-import tiktoken
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -12,6 +11,7 @@ from transformer import BPETokenizer, load_corpus
 from transformer.tokenizer import END_OF_TEXT, GPT2_PATTERN, merge_pair
 
 import literate  # tools/, on sys.path via the root conftest.py
+import oracles
 
 TRICKY = [
     "", "a", " ", "\x00", "a\x00b", "\r\n", "line\r\nline\r\n\r\n",
@@ -38,12 +38,7 @@ bpe_train_teaching = literate.chapter_definition("03_tokenizer",
                                                  "bpe_train_teaching")
 
 
-def tiktoken_from(tok):
-    ranks = {tok.vocab[i]: i for i in range(256 + len(tok.merges))}
-    assert len(ranks) == 256 + len(tok.merges)  # no two ids share bytes
-    return tiktoken.Encoding("test-bpe", pat_str=tok.pattern,
-                             mergeable_ranks=ranks,
-                             special_tokens=dict(tok.special_tokens))
+tiktoken_from = oracles.tiktoken_of
 
 
 @pytest.fixture(scope="module")

@@ -22,13 +22,13 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import oracles  # noqa: E402  (tools/, this script's folder)
 from transformer.bench import (environment, latency_summary,  # noqa: E402
                                ratio_of_medians_ci, write_json)
 from transformer.kv_cache import make_caches  # noqa: E402
-from transformer.model import GPT  # noqa: E402
+from transformer.model import GPT, GPTConfig  # noqa: E402
 
 OUT = (Path(__file__).resolve().parent.parent / "results" / "kv_cache"
        / "decode_latency.json")
@@ -87,11 +87,7 @@ def lockstep(ours, hf, prompt, n):
 
 
 def build(shape):
-    torch.manual_seed(0)
-    cfg = GPT2Config(n_positions=1024, activation_function="gelu_new",
-                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                     **shape)
-    hf = GPT2LMHeadModel(cfg).eval()
+    hf = oracles.hf_gpt2(GPTConfig(block_size=1024, **shape), attn="eager")
     return hf, GPT.from_hf_gpt2(hf).eval()
 
 

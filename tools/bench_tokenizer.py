@@ -68,6 +68,7 @@ from tiktoken.load import load_tiktoken_bpe  # noqa: E402
 from transformer import BPETokenizer, load_corpus, train_val_split  # noqa
 from transformer.tokenizer import END_OF_TEXT, GPT2_PATTERN  # noqa: E402
 import literate  # noqa: E402
+import oracles  # noqa: E402
 
 OUT = ROOT / "results" / "tokenizer"
 
@@ -147,11 +148,7 @@ def hf_from_ours(tok: BPETokenizer):
     return hf
 
 
-def tiktoken_from_ours(tok: BPETokenizer):
-    ranks = {tok.vocab[i]: i for i in range(256 + len(tok.merges))}
-    return tiktoken.Encoding("chapter-bpe", pat_str=tok.pattern,
-                             mergeable_ranks=ranks,
-                             special_tokens=dict(tok.special_tokens))
+tiktoken_from_ours = oracles.tiktoken_of
 
 
 def learned_tokens_hf(hf):

@@ -88,14 +88,11 @@ def platform_step(shape: dict):
 
 
 def hf_step(shape: dict, attn: str):
-    from transformers import GPT2Config, GPT2LMHeadModel
-    cfg = GPT2Config(vocab_size=V, n_positions=shape["T"],
-                     n_embd=shape["n_embd"], n_layer=shape["n_layer"],
-                     n_head=shape["n_head"], resid_pdrop=0.0,
-                     embd_pdrop=0.0, attn_pdrop=0.0)
-    torch.manual_seed(0)
-    model = GPT2LMHeadModel._from_config(cfg, attn_implementation=attn)
-    assert model.config._attn_implementation == attn
+    from oracles import hf_gpt2
+    model = hf_gpt2(GPTConfig(vocab_size=V, block_size=shape["T"],
+                              n_layer=shape["n_layer"],
+                              n_head=shape["n_head"],
+                              n_embd=shape["n_embd"]), attn=attn)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95),
                             weight_decay=0.1)
 
