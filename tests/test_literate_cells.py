@@ -19,7 +19,7 @@ MAX_LINES = 60  # of an export cell's source, its `#|` lines included
 # be is an error too, so remove it from the set when its split lands.
 PENDING = {
     "03_tokenizer",
-    "09_training", "10_cost_model", "12_kv_cache", "14_calibration",
+    "09_training", "10_cost_model", "12_kv_cache",
     "15_ablations", "16_kernels",
 }
 
