@@ -118,7 +118,7 @@ def reliability_bins(confidence: torch.Tensor, correct: torch.Tensor,
 def expected_calibration_error(confidence: torch.Tensor,
                                correct: torch.Tensor,
                                n_bins: int = 15) -> float:
-    """ECE = Σ_b (|B_b| / N) |acc_b - conf_b|, eq. (eq-ece).
+    """ECE = Σ_b (count_b / N) |acc_b - conf_b|, eq. (eq-ece).
 
     Shapes: confidence (N,) in [0, 1], correct (N,) bool or 0/1.
     Implements eq. (eq-ece), chapter "Calibration of a trained model",
