@@ -153,10 +153,29 @@ CLASHES = [
     re.compile(r"\\theta_\{m|R_m\b|\| \$m, n\$ \||f\(q, m\)"),
     re.compile(r"\\sum_w m_w"),
     re.compile(r"\| \$p\$ \| mass kept"),
+    # rows, not columns: the outer product of a row p is p^T p
+    re.compile(r"p\\?,? ?p\^\{?\\top|p pᵀ"),
+    # Adam's averages carry their step: m_t, v_t and hats; bare m is the
+    # largest logit
+    re.compile(r"\\hat ?\{?[mv]\}?(?![_\w{}])"),
+    re.compile(r"\$m\$ and \$v\$|than for \$m\$|once \$m\$"),
+    # p is a probability, not a parameter tensor; P a count, not Pr(.)
+    re.compile(r"\\sum_p|\$p\$\. If it exceeds|(?<![A-Za-z_\\])P\("),
+    # m is no cluster size and no median; Q no quantile; z no normal
+    # quantile; T no t variable; k_n no correct prediction; B no bin; S no
+    # softmax normaliser
+    re.compile(r"with \$m\$ tokens|\(m - 1\) r|\\tilde m"),
+    re.compile(r"Q\(q\)|Q\^\{\*\}|Q\(0\.\d"),
+    re.compile(r"z_\{?(q|0\.975|1 ?- ?\\alpha)"),
+    re.compile(r"\|T_4\||k_n\b|(?<![{\w])B_b|/ S\^2"),
+    # the parameter count: T_max (not L_max), E^pos (not P), [bias]
+    re.compile(r"L_\{\\max\}|\}_\{P\\text|with \$b = 1\$ if"),
 ]
+# the chapters that once had one of these and no longer do
+NOTATION = OWNED + ["01", "08", "13", "90"]
 
 
-@pytest.mark.parametrize("name", OWNED)
+@pytest.mark.parametrize("name", NOTATION)
 def test_resolved_clashes_stay_resolved(name):
     for pattern in CLASHES:
         assert not pattern.search(text(name)), (name, pattern.pattern)

@@ -21,8 +21,8 @@ def causal_mask(T: int, S: int | None = None,
 
     The T queries are the last T of the S key positions, so query i sits at
     absolute position i + S - T and may see keys j <= i + S - T. With
-    S = T this is the lower triangle. Derived in chapter "Attention: a
-    lookup that is learned", move 3."""
+    S = T this is the lower triangle. Implements eq. (eq-causal-mask),
+    chapter "Attention: a lookup that is learned", move 3."""
     S = T if S is None else S
     if not (isinstance(T, int) and T >= 1):
         raise ValueError(f"T: expected a positive int, got {T!r}")
@@ -34,6 +34,9 @@ def causal_mask(T: int, S: int | None = None,
 
 
 def _check_qkv(q, k, v, mask):
+    """Shapes and dtypes of eq. (eq-attention)'s arguments, else a
+    ValueError naming the argument. Chapter "Attention: a lookup that is
+    learned", moves 1-5."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or t.dim() != 4:
             raise ValueError(f"{name}: expected a 4-D tensor (B, H, len, Dh),"
@@ -75,8 +78,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     Shapes: q (B, H, T, Dh), k (B, H, S, Dh), v (B, H, S, Dv), mask bool
     broadcastable to (B, H, T, S) with True = may attend ->
     out (B, H, T, Dv), weights (B, H, T, S). `scale` defaults to 1/√Dh;
-    the chapter passes 1.0 to show what the scale buys. Derived in chapter
-    "Attention: a lookup that is learned", moves 1-5."""
+    the chapter passes 1.0 to show what the scale buys. Implements eq.
+    (eq-attention), chapter "Attention: a lookup that is learned", moves
+    1-5."""
     _check_qkv(q, k, v, mask)
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])

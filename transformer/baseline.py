@@ -25,16 +25,8 @@ from transformer.data import (CORPUS_SHA256, default_cache_dir, load_corpus,
 from transformer.softmax import cross_entropy, log_softmax
 from transformer.tokenizer import BPETokenizer
 
+
 DEFAULT_VOCAB_SIZE = 1024
-
-
-def _check_ids(ids, name="ids", min_len=2):
-    if not isinstance(ids, torch.Tensor) or ids.dtype != torch.int64 \
-            or ids.dim() != 1:
-        raise ValueError(f"{name}: expected a 1-D int64 tensor of token ids")
-    if len(ids) < min_len:
-        raise ValueError(f"{name}: expected at least {min_len} tokens, "
-                         f"got {len(ids)}")
 
 
 def token_stream(vocab_size: int = DEFAULT_VOCAB_SIZE, cache_dir=None):
@@ -43,7 +35,8 @@ def token_stream(vocab_size: int = DEFAULT_VOCAB_SIZE, cache_dir=None):
     The tokenizer is trained on the training split only; both splits are
     encoded with it. Cached in `cache_dir` (default: the corpus cache), keyed
     by corpus hash, vocabulary size and the tokenizer module's source.
-    Defined in chapter "Data, the bigram baseline and the entropy floor"."""
+    Chapter "Data, the bigram baseline and the entropy floor", section "The
+    token stream"."""
     if not isinstance(vocab_size, int) or vocab_size < 257:
         raise ValueError(f"vocab_size: expected an int > 256, got "
                          f"{vocab_size!r}")
@@ -69,13 +62,25 @@ def token_stream(vocab_size: int = DEFAULT_VOCAB_SIZE, cache_dir=None):
     return tok, train_ids, val_ids
 
 
+def _check_ids(ids, name="ids", min_len=2):
+    """A 1-D int64 tensor of at least `min_len` token ids, else a
+    ValueError naming `name`."""
+    if not isinstance(ids, torch.Tensor) or ids.dtype != torch.int64 \
+            or ids.dim() != 1:
+        raise ValueError(f"{name}: expected a 1-D int64 tensor of token ids")
+    if len(ids) < min_len:
+        raise ValueError(f"{name}: expected at least {min_len} tokens, "
+                         f"got {len(ids)}")
+
+
 def get_batch(ids: torch.Tensor, batch_size: int, block_size: int,
               generator: torch.Generator | None = None):
     """Random windows: x (B, T) and y (B, T) with y[:, t] = x[:, t + 1].
 
     Start positions are uniform over every full window; pass a seeded
-    `generator` for reproducible batches. Defined in chapter "Data, the
-    bigram baseline and the entropy floor", section "Windows"."""
+    `generator` for reproducible batches. Implements eq. (eq-window),
+    chapter "Data, the bigram baseline and the entropy floor", section
+    "Windows"."""
     _check_ids(ids)
     for name, val in (("batch_size", batch_size), ("block_size", block_size)):
         if not isinstance(val, int) or val < 1:
@@ -94,7 +99,9 @@ def unigram_loss(train_ids: torch.Tensor, eval_ids: torch.Tensor,
                  vocab_size: int, alpha: float = 1.0) -> float:
     """Held-out loss (nats/token) of the add-alpha unigram model.
 
-    Defined in chapter "Data, the bigram baseline and the entropy floor"."""
+    Implements eq. (eq-unigram-smoothed), chapter "Data, the bigram
+    baseline and the entropy floor", section "The unigram model and its
+    entropy"."""
     _check_ids(train_ids, "train_ids", 1)
     _check_ids(eval_ids, "eval_ids", 1)
     if not alpha > 0:
@@ -107,7 +114,8 @@ def unigram_loss(train_ids: torch.Tensor, eval_ids: torch.Tensor,
 def bigram_counts(ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """c(a, b): how often b follows a in `ids`, as a (V, V) int64 table.
 
-    Defined in chapter "Data, the bigram baseline and the entropy floor"."""
+    The c(a, b) of eq. (eq-bigram), chapter "Data, the bigram baseline and
+    the entropy floor", section "The bigram model, counted", move 1."""
     _check_ids(ids)
     if ids.max() >= vocab_size or ids.min() < 0:
         raise ValueError(f"ids: expected ids in [0, {vocab_size})")
@@ -120,7 +128,8 @@ def bigram_loss(counts: torch.Tensor, eval_ids: torch.Tensor,
                 alpha: float) -> float:
     """Held-out loss (nats/token) of the add-alpha bigram model.
 
-    Defined in chapter "Data, the bigram baseline and the entropy floor"."""
+    Implements eq. (eq-bigram-loss), chapter "Data, the bigram baseline and
+    the entropy floor", section "The bigram model, counted", move 2."""
     _check_ids(eval_ids, "eval_ids")
     if not alpha > 0:
         raise ValueError(f"alpha: expected > 0, got {alpha!r}")
@@ -135,9 +144,9 @@ class BigramLM(torch.nn.Module):
     """p(next | current) = softmax(W[current]): the bigram as a model.
 
     Same interface as the GPT: forward(idx (B, T), targets (B, T) or None)
-    -> (logits (B, T, V), loss or None). Defined in chapter "Data, the
-    bigram baseline and the entropy floor", section "The same bigram,
-    trained"."""
+    -> (logits (B, T, V), loss or None). Implements eq.
+    (eq-bigram-softmax), chapter "Data, the bigram baseline and the
+    entropy floor", section "The same bigram, trained"."""
 
     def __init__(self, vocab_size: int):
         super().__init__()
@@ -158,7 +167,8 @@ class BigramLM(torch.nn.Module):
         return logits, loss
 
     def count_loss(self, counts: torch.Tensor) -> torch.Tensor:
-        """Mean loss over every pair in a (V, V) count table, in one step."""
+        """Mean loss over every pair in a (V, V) count table, in one step:
+        eq. (eq-bigram-count-loss)."""
         logp = log_softmax(self.logits.weight)  # (V, V)
         c = counts.to(logp.dtype)
         return -(c * logp).sum() / c.sum()
@@ -169,9 +179,9 @@ def compressed_bits_per_byte(data: bytes, context: bytes = b"") -> float:
 
     Returns (|xz(context + data)| - |xz(context)|) * 8 / len(data): an upper
     bound on data's entropy in bits per byte for a reader who has seen
-    `context`. Defined in chapter "Data, the bigram baseline and the entropy
-    floor", section "The entropy floor, bounded from above by a
-    compressor"."""
+    `context`. Enters eq. (eq-floor), chapter "Data, the bigram baseline
+    and the entropy floor", section "The entropy floor, bounded from above
+    by a compressor"."""
     if not isinstance(data, bytes) or not isinstance(context, bytes):
         raise ValueError("data, context: expected bytes")
     if not data:

@@ -21,7 +21,35 @@ import torch
 from transformer.softmax import check_targets, log_softmax, softmax
 
 
+def _check_temperature(temperature, name="temperature") -> None:
+    """A finite number > 0, else a ValueError naming `name`."""
+    if isinstance(temperature, bool) or not isinstance(
+            temperature, (int, float)) or not 0 < temperature < math.inf:
+        raise ValueError(f"{name}: expected a finite number > 0, "
+                         f"got {temperature!r}")
+
+
+def top1_confidence(logits: torch.Tensor, targets: torch.Tensor,
+                    temperature: float = 1.0):
+    """(confidence, correct): the largest probability of softmax(z / τ),
+    and whether its arg-max is the target, flattened to one per prediction.
+
+    Shapes: logits (..., V), targets (...) -> (N,) float64, (N,) bool.
+    The two sides of eq. (eq-calibrated), with the temperature of eq.
+    (eq-temp-scaling); chapter "Calibration of a trained model", moves 1
+    and 3."""
+    check_targets(logits, targets)
+    _check_temperature(temperature)
+    p = softmax(logits.detach().double(), temperature)  # (..., V)
+    conf, pred = p.max(dim=-1)  # (...), (...)
+    correct = pred == targets  # (...)
+    return conf.reshape(-1), correct.reshape(-1)  # (N,), (N,)
+
+
 def _check_confidence(confidence, correct) -> None:
+    """Confidences in [0, 1] and one 0/1 outcome each, else a ValueError
+    naming the argument. Chapter "Calibration of a trained model", move
+    2."""
     if not isinstance(confidence, torch.Tensor) or not (
             confidence.is_floating_point()):
         raise ValueError("confidence: expected a floating-point tensor")
@@ -45,34 +73,11 @@ def _check_n_bins(n_bins) -> None:
         raise ValueError(f"n_bins: expected an int >= 1, got {n_bins!r}")
 
 
-def _check_temperature(temperature, name="temperature") -> None:
-    if isinstance(temperature, bool) or not isinstance(
-            temperature, (int, float)) or not 0 < temperature < math.inf:
-        raise ValueError(f"{name}: expected a finite number > 0, "
-                         f"got {temperature!r}")
-
-
-def top1_confidence(logits: torch.Tensor, targets: torch.Tensor,
-                    temperature: float = 1.0):
-    """(confidence, correct): the largest probability of softmax(z / τ),
-    and whether its arg-max is the target, flattened to one per prediction.
-
-    Shapes: logits (..., V), targets (...) -> (N,) float64, (N,) bool.
-    Derived in chapter "Calibration of a trained model", moves 1 and 3."""
-    check_targets(logits, targets)
-    _check_temperature(temperature)
-    p = softmax(logits.detach().double(), temperature)  # (..., V)
-    conf, pred = p.max(dim=-1)  # (...), (...)
-    correct = pred == targets  # (...)
-    return conf.reshape(-1), correct.reshape(-1)  # (N,), (N,)
-
-
 @dataclass(frozen=True)
 class ReliabilityBins:
     """Per-bin count, mean confidence and accuracy (nan where a bin is
-    empty), with the M + 1 bin edges; `ece` is eq. (eq-ece).
-
-    Defined in chapter "Calibration of a trained model", move 2."""
+    empty), with the M + 1 bin edges: eq. (eq-bin-averages); `ece` is eq.
+    (eq-ece). Chapter "Calibration of a trained model", move 2."""
     edges: torch.Tensor  # (M + 1,) float64
     count: torch.Tensor  # (M,) int64
     confidence: torch.Tensor  # (M,) float64
@@ -92,7 +97,8 @@ def reliability_bins(confidence: torch.Tensor, correct: torch.Tensor,
     eq. (eq-bin-averages).
 
     Shapes: confidence (N,) in [0, 1], correct (N,) bool or 0/1.
-    Derived in chapter "Calibration of a trained model", move 2."""
+    Implements eq. (eq-bin-averages), chapter "Calibration of a trained
+    model", move 2."""
     _check_confidence(confidence, correct)
     _check_n_bins(n_bins)
     c = confidence.detach().double()  # (N,)
@@ -112,10 +118,11 @@ def reliability_bins(confidence: torch.Tensor, correct: torch.Tensor,
 def expected_calibration_error(confidence: torch.Tensor,
                                correct: torch.Tensor,
                                n_bins: int = 15) -> float:
-    """ECE = Σ_b (|B_b| / N) |acc_b - conf_b|, eq. (eq-ece).
+    """ECE = Σ_b (count_b / N) |acc_b - conf_b|, eq. (eq-ece).
 
     Shapes: confidence (N,) in [0, 1], correct (N,) bool or 0/1.
-    Derived in chapter "Calibration of a trained model", move 2."""
+    Implements eq. (eq-ece), chapter "Calibration of a trained model",
+    move 2."""
     return reliability_bins(confidence, correct, n_bins).ece
 
 
@@ -125,7 +132,8 @@ def nll_derivatives(logits: torch.Tensor, targets: torch.Tensor,
     second derivatives in beta = 1/τ, eq. (eq-nll-derivatives).
 
     Shapes: logits (..., V), targets (...) -> three (...) float64.
-    Derived in chapter "Calibration of a trained model", move 4."""
+    Implements eq. (eq-nll-derivatives), chapter "Calibration of a trained
+    model", move 4."""
     check_targets(logits, targets)
     _check_temperature(beta, "beta")
     z = logits.detach().double()  # (..., V)
@@ -145,7 +153,8 @@ def temperature_nll(logits: torch.Tensor, targets: torch.Tensor,
                     temperature: float = 1.0) -> float:
     """Mean NLL (nats) of the targets under softmax(logits / temperature).
 
-    Derived in chapter "Calibration of a trained model", move 4."""
+    The l(beta) of eq. (eq-nll-derivatives) at beta = 1 / temperature,
+    chapter "Calibration of a trained model", move 4."""
     _check_temperature(temperature)
     nll, _, _ = nll_derivatives(logits, targets, 1.0 / temperature)
     return float(nll.mean())
@@ -158,8 +167,9 @@ def fit_temperature(logits: torch.Tensor, targets: torch.Tensor,
     Newton's method on beta = 1/τ, eq. (eq-newton-beta), kept inside a
     bracket on which the derivative changes sign.
 
-    Shapes: logits (..., V), targets (...) int64 -> float.
-    Derived in chapter "Calibration of a trained model", moves 4-5."""
+    Shapes: logits (..., V), targets (...) int64 -> float. Implements eq.
+    (eq-newton-beta), chapter "Calibration of a trained model", moves
+    4-5."""
     check_targets(logits, targets)
     if isinstance(lo, bool) or isinstance(hi, bool) or not (
             isinstance(lo, (int, float)) and isinstance(hi, (int, float))

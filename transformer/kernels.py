@@ -15,14 +15,6 @@ import math
 
 import torch
 
-_GELU_C = math.sqrt(2.0 / math.pi)  # c in eq-gelu-sigmoid
-_GELU_A = 0.044715  # a in eq-gelu-sigmoid
-
-
-def _needs_grad(*tensors) -> bool:
-    return torch.is_grad_enabled() and any(
-        t is not None and t.requires_grad for t in tensors)
-
 
 def _softmax_rows_(p: torch.Tensor) -> torch.Tensor:
     """Stable softmax over the last axis, in place: p becomes A."""
@@ -35,7 +27,8 @@ def _attention_tiles(qs, k, v, block: int):
 
     Shapes: qs (B, H, T, Dh), k (B, H, S, Dh), v (B, H, S, Dv), S >= T ->
     out (B, H, T, Dv) and the list of weight tiles A[a:b, :e], each
-    (B, H, b - a, e) with e = b + S - T (move 4)."""
+    (B, H, b - a, e) with e = b + S - T. The tiling of eq.
+    (eq-tile-fraction), chapter "Backward passes by hand", move 4."""
     T, S = qs.shape[-2], k.shape[-2]
     hide = None  # (block, block), True above the diagonal; made if needed
     tiles, outs = [], []
@@ -58,6 +51,10 @@ def _attention_tiles(qs, k, v, block: int):
 
 
 class _CausalAttention(torch.autograd.Function):
+    """Causal attention in tiles; its backward is eqs.
+    (eq-softmax-backward) and (eq-delta-trick), chapter "Backward passes
+    by hand", moves 1-3."""
+
     @staticmethod
     def forward(ctx, q, k, v, scale: float, block: int):
         qs = torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -88,6 +85,12 @@ class _CausalAttention(torch.autograd.Function):
         return dq.mul_(ctx.scale), dk, dv, None, None
 
 
+def _needs_grad(*tensors) -> bool:
+    """Whether autograd will need a backward through these tensors."""
+    return torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in tensors)
+
+
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                      scale: float, block: int = 64) -> torch.Tensor:
     """softmax(q kᵀ · scale + causal mask) v, computed in query tiles of
@@ -96,8 +99,9 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     Shapes: q (B, H, T, Dh), k (B, H, S, Dh), v (B, H, S, Dv) with S >= T;
     the T queries are the last T of the S positions (as in
     transformer.attention.causal_mask) -> (B, H, T, Dv). Equals
-    attention(q, k, v, causal_mask(T, S), scale)[0]. Derived in chapter
-    "Backward passes by hand", moves 1-4."""
+    attention(q, k, v, causal_mask(T, S), scale)[0]. Implements eqs.
+    (eq-softmax-backward), (eq-delta-trick) and (eq-tile-fraction),
+    chapter "Backward passes by hand", moves 1-4."""
     if not (isinstance(block, int) and block >= 1):
         raise ValueError(f"block: expected a positive int, got {block!r}")
     if k.shape[-2] < q.shape[-2]:
@@ -136,6 +140,9 @@ def _normalise(x: torch.Tensor, eps: float):
 
 
 class _LayerNorm(torch.autograd.Function):
+    """LayerNorm; its backward is eq. (eq-layernorm-backward), chapter
+    "Backward passes by hand", move 5."""
+
     @staticmethod
     def forward(ctx, x, weight, bias, eps: float):
         xhat, rstd = _normalise(x, eps)  # (..., D), (..., 1)
@@ -160,8 +167,8 @@ class _LayerNorm(torch.autograd.Function):
 def layer_norm(x: torch.Tensor, weight: torch.Tensor,
                bias: torch.Tensor | None, eps: float) -> torch.Tensor:
     """LayerNorm over the last axis with a hand-written backward.
-    Shapes: x (..., D), weight and bias (D,) -> (..., D). Derived in chapter
-    "Backward passes by hand", move 5."""
+    Shapes: x (..., D), weight and bias (D,) -> (..., D). Implements eq.
+    (eq-layernorm-backward), chapter "Backward passes by hand", move 5."""
     if _needs_grad(x, weight, bias):
         return _LayerNorm.apply(x, weight, bias, eps)
     xhat = _normalise(x, eps)[0]  # (..., D)
@@ -171,6 +178,9 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor,
 
 
 class _RMSNorm(torch.autograd.Function):
+    """RMSNorm; its backward is eq. (eq-rmsnorm-backward), chapter
+    "Backward passes by hand", move 5."""
+
     @staticmethod
     def forward(ctx, x, weight, eps: float):
         rrms = _row_mean(x * x).add_(eps).rsqrt_()  # (..., 1)
@@ -189,12 +199,16 @@ class _RMSNorm(torch.autograd.Function):
 def rms_norm(x: torch.Tensor, weight: torch.Tensor,
              eps: float) -> torch.Tensor:
     """RMSNorm over the last axis with a hand-written backward.
-    Shapes: x (..., D), weight (D,) -> (..., D). Derived in chapter
-    "Backward passes by hand", move 5."""
+    Shapes: x (..., D), weight (D,) -> (..., D). Implements eq.
+    (eq-rmsnorm-backward), chapter "Backward passes by hand", move 5."""
     if _needs_grad(x, weight):
         return _RMSNorm.apply(x, weight, eps)
     rrms = _row_mean(x * x).add_(eps).rsqrt_()  # (..., 1)
     return (x * rrms).mul_(weight)  # (..., D)
+
+
+_GELU_C = math.sqrt(2.0 / math.pi)  # c in eq-gelu-sigmoid
+_GELU_A = 0.044715  # a in eq-gelu-sigmoid
 
 
 def _gelu_gate(x: torch.Tensor) -> torch.Tensor:
@@ -204,6 +218,9 @@ def _gelu_gate(x: torch.Tensor) -> torch.Tensor:
 
 
 class _GeluTanh(torch.autograd.Function):
+    """x sig(2 xi) and the derivative of eq. (eq-gelu-sigmoid), chapter
+    "Backward passes by hand", move 6."""
+
     @staticmethod
     def forward(ctx, x):
         r = _gelu_gate(x)
@@ -221,14 +238,17 @@ class _GeluTanh(torch.autograd.Function):
 
 def gelu_tanh_fused(x: torch.Tensor) -> torch.Tensor:
     """GPT-2's tanh-GELU, computed as x * sigmoid(2u) with a hand-written
-    backward. Shapes: elementwise. Derived in chapter "Backward passes by
-    hand", move 6."""
+    backward. Shapes: elementwise. Implements eq. (eq-gelu-sigmoid),
+    chapter "Backward passes by hand", move 6."""
     if _needs_grad(x):
         return _GeluTanh.apply(x)
     return x * _gelu_gate(x)
 
 
 class _CrossEntropyMean(torch.autograd.Function):
+    """Mean cross-entropy; its backward is eq. (eq-ce-backward), chapter
+    "Backward passes by hand", move 7."""
+
     @staticmethod
     def forward(ctx, logits, targets):
         z = logits.reshape(-1, logits.shape[-1])  # (N, V)
@@ -254,5 +274,6 @@ def cross_entropy_mean(logits: torch.Tensor,
     """Mean cross-entropy in nats with a hand-written backward; the caller
     validates (transformer.softmax.cross_entropy does, with reduction
     "mean"). Shapes: logits (..., V), targets (...) int64 -> scalar.
-    Derived in chapter "Backward passes by hand", move 7."""
+    Implements eq. (eq-ce-backward), chapter "Backward passes by hand",
+    move 7."""
     return _CrossEntropyMean.apply(logits, targets)

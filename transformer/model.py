@@ -4,15 +4,15 @@ from __future__ import annotations
 
 __all__ = [
     "GPTConfig",
-    "gpt_param_count",
+    "Linear",
+    "CausalSelfAttention",
     "LayerNorm",
     "RMSNorm",
-    "Linear",
     "gelu_tanh",
-    "CausalSelfAttention",
     "MLP",
     "Block",
     "GPT",
+    "gpt_param_count",
     "hf_gpt2_config",
     "save_hf_gpt2",
 ]
@@ -29,10 +29,6 @@ from transformer.attention import attention, causal_mask
 from transformer.positions import apply_rope, sinusoidal_encoding
 from transformer.softmax import check_targets, cross_entropy
 
-_NORMS = ("layernorm", "rmsnorm")
-_NORM_POSITIONS = ("pre", "post")
-_POS_ENCODINGS = ("learned", "sinusoidal", "rope", "none")
-
 
 @dataclass(frozen=True)
 class GPTConfig:
@@ -46,8 +42,8 @@ class GPTConfig:
     score scale (experiment E1). `fused=True` runs the same functions
     through the hand-written backward passes and causal tiles of chapter
     "Backward passes by hand"; False runs this chapter's code line for
-    line. Derived in chapter "Multi-head attention, the block and the GPT
-    model"."""
+    line. Chapter "Multi-head attention, the block and the GPT model",
+    section "The configuration"."""
     vocab_size: int
     block_size: int
     n_layer: int
@@ -66,132 +62,72 @@ class GPTConfig:
     fused: bool = True
 
     def __post_init__(self):
-        for name in ("vocab_size", "block_size", "n_layer", "n_head",
-                     "n_embd"):
-            value = getattr(self, name)
-            if not (isinstance(value, int) and not isinstance(value, bool)
-                    and value >= 1):
-                raise ValueError(f"{name}: expected a positive int, "
-                                 f"got {value!r}")
-        if self.n_embd % self.n_head:
-            raise ValueError(f"n_embd: expected a multiple of n_head = "
-                             f"{self.n_head}, got {self.n_embd}")
-        ffn = self.ffn_mult * self.n_embd
-        if not (self.ffn_mult > 0 and float(ffn).is_integer()):
-            raise ValueError(f"ffn_mult: expected > 0 with ffn_mult * n_embd"
-                             f" a whole number, got {self.ffn_mult!r}")
-        for name, allowed in (("norm", _NORMS),
-                              ("norm_position", _NORM_POSITIONS),
-                              ("pos_encoding", _POS_ENCODINGS)):
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"{name}: expected one of {allowed}, "
-                                 f"got {getattr(self, name)!r}")
-        if self.pos_encoding == "rope" and self.head_dim % 2:
-            raise ValueError(f"n_head: RoPE rotates pairs, so head_dim = "
-                             f"n_embd / n_head must be even, got "
-                             f"{self.head_dim}")
-        if self.pos_encoding == "sinusoidal" and self.n_embd % 2:
-            raise ValueError(f"n_embd: sinusoidal positions need an even "
-                             f"width, got {self.n_embd}")
-        if not self.rope_base > 0:
-            raise ValueError(f"rope_base: expected > 0, got "
-                             f"{self.rope_base!r}")
-        for name in ("bias", "tie_weights", "attn_scale", "fused"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name}: expected a bool, "
-                                 f"got {getattr(self, name)!r}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout: expected a probability in [0, 1), "
-                             f"got {self.dropout!r}")
-        if not self.norm_eps > 0:
-            raise ValueError(f"norm_eps: expected > 0, got "
-                             f"{self.norm_eps!r}")
+        _check_config(self)
 
     @property
     def head_dim(self) -> int:
-        """Dh = D / H."""
+        """Dh = D / H, the head width of eq. (eq-mha-head)."""
         return self.n_embd // self.n_head
 
     @property
     def ffn_dim(self) -> int:
-        """Hidden width of the feed-forward layer, ffn_mult * D."""
+        """F = ffn_mult * D, the hidden width of eq. (eq-ffn)."""
         return int(self.ffn_mult * self.n_embd)
 
 
-def gpt_param_count(config: GPTConfig) -> int:
-    """Parameters of GPT(config), tied weights counted once, by the formula
-    of chapter "Multi-head attention, the block and the GPT model", section
-    "Counting parameters"."""
-    D, V, L, F = (config.n_embd, config.vocab_size, config.n_layer,
-                  config.ffn_dim)
-    b = int(config.bias)
-    norm = D * (1 + b) if config.norm == "layernorm" else D
-    attn = 4 * D * D + 4 * D * b  # W_QKV (D, 3D), W_O (D, D), biases
-    ffn = 2 * D * F + (F + D) * b  # up (D, F), down (F, D), biases
-    total = V * D + L * (2 * norm + attn + ffn)
-    if config.pos_encoding == "learned":
-        total += config.block_size * D
-    if config.norm_position == "pre":
-        total += norm  # the final norm
-    if not config.tie_weights:
-        total += V * D  # a separate unembedding
-    return total
+_NORMS = ("layernorm", "rmsnorm")
+_NORM_POSITIONS = ("pre", "post")
+_POS_ENCODINGS = ("learned", "sinusoidal", "rope", "none")
 
 
-class LayerNorm(nn.Module):
-    """y = (x - mean) / sqrt(var + eps) * weight + bias over the last axis.
-
-    Shapes: (..., D) -> (..., D). fused=True computes the same through
-    kernels.layer_norm. Derived in chapter "Multi-head attention, the block
-    and the GPT model", section "Normalisation"."""
-
-    def __init__(self, D: int, bias: bool = True, eps: float = 1e-5,
-                 fused: bool = False):
-        super().__init__()
-        self.eps, self.fused = eps, fused
-        self.weight = nn.Parameter(torch.ones(D))  # (D,)
-        self.bias = nn.Parameter(torch.zeros(D)) if bias else None  # (D,)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.fused:
-            return kernels.layer_norm(x, self.weight, self.bias, self.eps)
-        mu = x.mean(-1, keepdim=True)  # (..., 1)
-        var = ((x - mu) ** 2).mean(-1, keepdim=True)  # (..., 1), biased
-        y = (x - mu) / torch.sqrt(var + self.eps) * self.weight  # (..., D)
-        return y + self.bias if self.bias is not None else y
-
-
-class RMSNorm(nn.Module):
-    """y = x / sqrt(mean(x²) + eps) * weight over the last axis.
-
-    Shapes: (..., D) -> (..., D). fused=True computes the same through
-    kernels.rms_norm. Derived in chapter "Multi-head attention, the block
-    and the GPT model", section "Normalisation"."""
-
-    def __init__(self, D: int, eps: float = 1e-5, fused: bool = False):
-        super().__init__()
-        self.eps, self.fused = eps, fused
-        self.weight = nn.Parameter(torch.ones(D))  # (D,)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.fused:
-            return kernels.rms_norm(x, self.weight, self.eps)
-        ms = (x * x).mean(-1, keepdim=True)  # (..., 1)
-        return x / torch.sqrt(ms + self.eps) * self.weight  # (..., D)
-
-
-def _make_norm(config: GPTConfig) -> nn.Module:
-    if config.norm == "layernorm":
-        return LayerNorm(config.n_embd, config.bias, config.norm_eps,
-                         config.fused)
-    return RMSNorm(config.n_embd, config.norm_eps, config.fused)
+def _check_config(c: GPTConfig) -> None:
+    """Every field of a GPTConfig, else a ValueError naming it. Chapter
+    "Multi-head attention, the block and the GPT model", section "The
+    configuration"."""
+    for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
+        value = getattr(c, name)
+        if not (isinstance(value, int) and not isinstance(value, bool)
+                and value >= 1):
+            raise ValueError(f"{name}: expected a positive int, "
+                             f"got {value!r}")
+    if c.n_embd % c.n_head:
+        raise ValueError(f"n_embd: expected a multiple of n_head = "
+                         f"{c.n_head}, got {c.n_embd}")
+    ffn = c.ffn_mult * c.n_embd
+    if not (c.ffn_mult > 0 and float(ffn).is_integer()):
+        raise ValueError(f"ffn_mult: expected > 0 with ffn_mult * n_embd"
+                         f" a whole number, got {c.ffn_mult!r}")
+    for name, allowed in (("norm", _NORMS),
+                          ("norm_position", _NORM_POSITIONS),
+                          ("pos_encoding", _POS_ENCODINGS)):
+        if getattr(c, name) not in allowed:
+            raise ValueError(f"{name}: expected one of {allowed}, "
+                             f"got {getattr(c, name)!r}")
+    if c.pos_encoding == "rope" and c.head_dim % 2:
+        raise ValueError(f"n_head: RoPE rotates pairs, so head_dim = "
+                         f"n_embd / n_head must be even, got "
+                         f"{c.head_dim}")
+    if c.pos_encoding == "sinusoidal" and c.n_embd % 2:
+        raise ValueError(f"n_embd: sinusoidal positions need an even "
+                         f"width, got {c.n_embd}")
+    if not c.rope_base > 0:
+        raise ValueError(f"rope_base: expected > 0, got {c.rope_base!r}")
+    for name in ("bias", "tie_weights", "attn_scale", "fused"):
+        if not isinstance(getattr(c, name), bool):
+            raise ValueError(f"{name}: expected a bool, "
+                             f"got {getattr(c, name)!r}")
+    if not 0.0 <= c.dropout < 1.0:
+        raise ValueError(f"dropout: expected a probability in [0, 1), "
+                         f"got {c.dropout!r}")
+    if not c.norm_eps > 0:
+        raise ValueError(f"norm_eps: expected > 0, got {c.norm_eps!r}")
 
 
 class Linear(nn.Module):
     """y = x W + b with W stored (in, out), as the equations (and GPT-2's
-    Conv1D) write it. Shapes: (..., d_in) -> (..., d_out). Derived in
-    chapter "Multi-head attention, the block and the GPT model", section
-    "Symbols"."""
+    Conv1D) write it. Shapes: (..., d_in) -> (..., d_out). Implements eq.
+    (eq-linear), chapter "Multi-head attention, the block and the GPT
+    model", section "The linear layer"."""
 
     def __init__(self, d_in: int, d_out: int, bias: bool = True):
         super().__init__()
@@ -212,14 +148,6 @@ def _dropout(p: float) -> nn.Module:
     return nn.Dropout(p) if p > 0 else nn.Identity()
 
 
-def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
-    """GELU, tanh approximation (GPT-2's "gelu_new"), elementwise. Derived
-    in chapter "Multi-head attention, the block and the GPT model",
-    section "The feed-forward layer"."""
-    c = math.sqrt(2.0 / math.pi)
-    return 0.5 * x * (1.0 + torch.tanh(c * (x + 0.044715 * x ** 3)))
-
-
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention with an output projection.
 
@@ -229,8 +157,9 @@ class CausalSelfAttention(nn.Module):
     update(k, v) -> (k_all, v_all) taking this call's keys and values
     (B, H, T, Dh) and returning every cached one (B, H, S, Dh), oldest
     first, ending with these; the T queries are the last T of the S
-    positions. Derived in chapter "Multi-head attention, the block and the
-    GPT model", section "Multi-head attention"."""
+    positions. Implements eqs. (eq-mha-head) and (eq-mha), chapter
+    "Multi-head attention, the block and the GPT model", section
+    "Multi-head attention", moves 1-2."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
@@ -271,11 +200,70 @@ class CausalSelfAttention(nn.Module):
         return self.resid_dropout(self.c_proj(out))  # (B, T, D)
 
 
+class LayerNorm(nn.Module):
+    """y = (x - mean) / sqrt(var + eps) * weight + bias over the last axis.
+
+    Shapes: (..., D) -> (..., D). fused=True computes the same through
+    kernels.layer_norm. Implements eq. (eq-layernorm), chapter "Multi-head
+    attention, the block and the GPT model", section "Normalisation"."""
+
+    def __init__(self, D: int, bias: bool = True, eps: float = 1e-5,
+                 fused: bool = False):
+        super().__init__()
+        self.eps, self.fused = eps, fused
+        self.weight = nn.Parameter(torch.ones(D))  # (D,)
+        self.bias = nn.Parameter(torch.zeros(D)) if bias else None  # (D,)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fused:
+            return kernels.layer_norm(x, self.weight, self.bias, self.eps)
+        mu = x.mean(-1, keepdim=True)  # (..., 1)
+        var = ((x - mu) ** 2).mean(-1, keepdim=True)  # (..., 1), biased
+        y = (x - mu) / torch.sqrt(var + self.eps) * self.weight  # (..., D)
+        return y + self.bias if self.bias is not None else y
+
+
+class RMSNorm(nn.Module):
+    """y = x / sqrt(mean(x²) + eps) * weight over the last axis.
+
+    Shapes: (..., D) -> (..., D). fused=True computes the same through
+    kernels.rms_norm. Implements eq. (eq-rmsnorm), chapter "Multi-head
+    attention, the block and the GPT model", section "Normalisation"."""
+
+    def __init__(self, D: int, eps: float = 1e-5, fused: bool = False):
+        super().__init__()
+        self.eps, self.fused = eps, fused
+        self.weight = nn.Parameter(torch.ones(D))  # (D,)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fused:
+            return kernels.rms_norm(x, self.weight, self.eps)
+        ms = (x * x).mean(-1, keepdim=True)  # (..., 1)
+        return x / torch.sqrt(ms + self.eps) * self.weight  # (..., D)
+
+
+def _make_norm(config: GPTConfig) -> nn.Module:
+    """The normalisation `config.norm` names, eq. (eq-layernorm) or eq.
+    (eq-rmsnorm)."""
+    if config.norm == "layernorm":
+        return LayerNorm(config.n_embd, config.bias, config.norm_eps,
+                         config.fused)
+    return RMSNorm(config.n_embd, config.norm_eps, config.fused)
+
+
+def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
+    """GELU, tanh approximation (GPT-2's "gelu_new"), elementwise.
+    Implements eq. (eq-gelu-tanh), chapter "Multi-head attention, the block
+    and the GPT model", section "The feed-forward layer"."""
+    c = math.sqrt(2.0 / math.pi)
+    return 0.5 * x * (1.0 + torch.tanh(c * (x + 0.044715 * x ** 3)))
+
+
 class MLP(nn.Module):
     """Position-wise feed-forward layer: D -> ffn_mult·D -> D with
-    tanh-GELU. Shapes: (B, T, D) -> (B, T, D). Derived in chapter
-    "Multi-head attention, the block and the GPT model", section "The
-    feed-forward layer"."""
+    tanh-GELU. Shapes: (B, T, D) -> (B, T, D). Implements eq. (eq-ffn),
+    chapter "Multi-head attention, the block and the GPT model", section
+    "The feed-forward layer"."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
@@ -293,9 +281,9 @@ class MLP(nn.Module):
 class Block(nn.Module):
     """One Transformer block, pre-norm x + Attn(Norm(x)), x + FFN(Norm(x))
     or post-norm Norm(x + Attn(x)), Norm(x + FFN(x)). Shapes:
-    (B, T, D) -> (B, T, D). Derived in chapter "Multi-head attention, the
-    block and the GPT model", section "The block: pre-norm and
-    post-norm"."""
+    (B, T, D) -> (B, T, D). Implements eqs. (eq-pre-norm) and
+    (eq-post-norm), chapter "Multi-head attention, the block and the GPT
+    model", section "The block: pre-norm and post-norm"."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
@@ -320,8 +308,8 @@ class GPT(nn.Module):
     model(idx (B, T) int64, targets=None) -> (logits (B, T, V), loss or
     None); loss is the mean cross-entropy in nats. Optional start_pos and
     caches (one per block, see CausalSelfAttention) serve incremental
-    decoding. Derived in chapter "Multi-head attention, the block and the
-    GPT model", section "The full model"."""
+    decoding. Implements eq. (eq-gpt), chapter "Multi-head attention, the
+    block and the GPT model", section "The full model"."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
@@ -339,54 +327,18 @@ class GPT(nn.Module):
         self.ln_f = (_make_norm(config) if config.norm_position == "pre"
                      else nn.Identity())
         self.lm_head = nn.Linear(D, V, bias=False)  # unembedding, (V, D)
-        self.apply(self._init_weights)
-        for name, p in self.named_parameters():
-            if name.endswith("c_proj.weight"):  # GPT-2: 1/sqrt(2L) scaling
-                nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * config.n_layer))
+        _init_gpt2(self, config.n_layer)
         if config.tie_weights:
             self.lm_head.weight = self.wte.weight
-
-    @staticmethod
-    def _init_weights(module: nn.Module) -> None:
-        if isinstance(module, (Linear, nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, 0.0, 0.02)
-        if isinstance(module, (Linear, nn.Linear)) \
-                and module.bias is not None:
-            nn.init.zeros_(module.bias)
-
-    def n_params(self, non_embedding: bool = False) -> int:
-        """Number of parameters, tied weights counted once; with
-        non_embedding=True, without the token and position tables (the
-        count that scales compute). Equals gpt_param_count(config)."""
-        n = sum(p.numel() for p in self.parameters())
-        if non_embedding:
-            n -= self.wte.weight.numel()
-            if self.wpe is not None:
-                n -= self.wpe.weight.numel()
-        return n
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,
                 start_pos: int = 0, caches=None):
         cfg = self.config
-        if (not isinstance(idx, torch.Tensor) or idx.dtype != torch.int64
-                or idx.dim() != 2):
-            raise ValueError("idx: expected an int64 tensor of shape (B, T)")
+        _check_idx(cfg, idx, start_pos, caches)
         B, T = idx.shape
-        lo, hi = map(int, idx.aminmax()) if idx.numel() else (0, 0)
-        if lo < 0 or hi >= cfg.vocab_size:
-            raise ValueError(f"idx: expected token ids in [0, vocab_size = "
-                             f"{cfg.vocab_size}), got range [{lo}, {hi}]")
-        if cfg.pos_encoding == "learned" and start_pos + T > cfg.block_size:
-            raise ValueError(f"idx: sequence reaches position "
-                             f"{start_pos + T - 1}, but learned positions "
-                             f"stop at block_size - 1 = {cfg.block_size - 1}")
-        if caches is not None and len(caches) != cfg.n_layer:
-            raise ValueError(f"caches: expected one per block "
-                             f"({cfg.n_layer}), got {len(caches)}")
         x = self.wte(idx)  # (B, T, D)
         if cfg.pos_encoding == "learned":
-            # rows start_pos .. start_pos + T - 1 of the table: a slice is
-            # the same lookup as self.wpe(arange(...)), without the gather
+            # a slice: the same rows as self.wpe(arange), no gather
             x = x + self.wpe.weight[start_pos:start_pos + T]  # (B, T, D)
         elif cfg.pos_encoding == "sinusoidal":
             x = x + sinusoidal_encoding(T, cfg.n_embd, offset=start_pos,
@@ -397,56 +349,146 @@ class GPT(nn.Module):
         logits = self.lm_head(self.ln_f(x))  # (B, T, V)
         if targets is None:
             return logits, None
-        if cfg.fused:  # the same checks, then the hand-written backward
-            check_targets(logits, targets)
-            loss = kernels.cross_entropy_mean(logits, targets)
-        else:
-            loss = cross_entropy(logits, targets)
-        return logits, loss
+        return logits, _loss(cfg, logits, targets)
+
+    def n_params(self, non_embedding: bool = False) -> int:
+        """Number of parameters, tied weights counted once; with
+        non_embedding=True, without the token and position tables (the
+        count that scales compute). Equals gpt_param_count(config)."""
+        return _n_params(self, non_embedding)
 
     @classmethod
     def from_hf_gpt2(cls, hf_model) -> "GPT":
-        """Build this model from a Hugging Face GPT2LMHeadModel, copying its
-        weights. HF's Conv1D stores (in, out), as this book's Linear does,
-        so nothing is transposed. Derived in chapter "Multi-head attention,
-        the block and the GPT model", section "Loading GPT-2"."""
-        c = hf_model.config
-        act = getattr(c, "activation_function", None)
-        if act not in ("gelu_new", "gelu_pytorch_tanh"):
-            raise ValueError(f"hf_model: expected tanh-GELU activation "
-                             f"(gelu_new), got {act!r}")
-        if not getattr(c, "scale_attn_weights", True) or getattr(
-                c, "scale_attn_by_inverse_layer_idx", False):
-            raise ValueError("hf_model: expected plain 1/sqrt(Dh) scaling")
-        sd = hf_model.state_dict()
-        tied = hf_model.lm_head.weight is hf_model.transformer.wte.weight
-        D = c.n_embd
-        config = GPTConfig(vocab_size=c.vocab_size, block_size=c.n_positions,
-                           n_layer=c.n_layer, n_head=c.n_head, n_embd=D,
-                           ffn_mult=(c.n_inner or 4 * D) / D,
-                           norm_eps=c.layer_norm_epsilon, tie_weights=tied)
-        model = cls(config).to(sd["transformer.wte.weight"].dtype)
-        ours = {"wte.weight": "transformer.wte.weight",
-                "wpe.weight": "transformer.wpe.weight",
-                "ln_f.weight": "transformer.ln_f.weight",
-                "ln_f.bias": "transformer.ln_f.bias"}
-        if not tied:
-            ours["lm_head.weight"] = "lm_head.weight"
-        for i in range(c.n_layer):
-            for part in ("ln_1.weight", "ln_1.bias", "ln_2.weight",
-                         "ln_2.bias", "attn.c_attn.weight", "attn.c_attn.bias",
-                         "attn.c_proj.weight", "attn.c_proj.bias",
-                         "mlp.c_fc.weight", "mlp.c_fc.bias",
-                         "mlp.c_proj.weight", "mlp.c_proj.bias"):
-                ours[f"blocks.{i}.{part}"] = f"transformer.h.{i}.{part}"
-        params = dict(model.named_parameters())
-        missing = set(params) - set(ours)
-        if missing:
-            raise ValueError(f"hf_model: no weights for {sorted(missing)}")
-        with torch.no_grad():
-            for name, hf_name in ours.items():
-                params[name].copy_(sd[hf_name])
-        return model
+        """This model with a Hugging Face GPT2LMHeadModel's weights."""
+        return _from_hf_gpt2(cls, hf_model)
+
+
+def _init_weights(module: nn.Module) -> None:
+    """N(0, 0.02²) for every matrix and table, zero biases."""
+    if isinstance(module, (Linear, nn.Linear, nn.Embedding)):
+        nn.init.normal_(module.weight, 0.0, 0.02)
+    if isinstance(module, (Linear, nn.Linear)) \
+            and module.bias is not None:
+        nn.init.zeros_(module.bias)
+
+
+def _init_gpt2(model: nn.Module, n_layer: int) -> None:
+    """GPT-2's initialisation: _init_weights everywhere, then the
+    projections that write into the residual stream (c_proj) scaled by
+    1/sqrt(2L). Chapter "Multi-head attention, the block and the GPT
+    model", section "The full model"."""
+    model.apply(_init_weights)
+    for name, p in model.named_parameters():
+        if name.endswith("c_proj.weight"):  # GPT-2: 1/sqrt(2L) scaling
+            nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * n_layer))
+
+
+def _check_idx(cfg: GPTConfig, idx, start_pos: int, caches) -> None:
+    """GPT.forward's arguments: int64 token ids (B, T) inside the
+    vocabulary, positions inside a learned table, one cache per block.
+    Chapter "Multi-head attention, the block and the GPT model", section
+    "The full model"."""
+    if (not isinstance(idx, torch.Tensor) or idx.dtype != torch.int64
+            or idx.dim() != 2):
+        raise ValueError("idx: expected an int64 tensor of shape (B, T)")
+    B, T = idx.shape
+    lo, hi = map(int, idx.aminmax()) if idx.numel() else (0, 0)
+    if lo < 0 or hi >= cfg.vocab_size:
+        raise ValueError(f"idx: expected token ids in [0, vocab_size = "
+                         f"{cfg.vocab_size}), got range [{lo}, {hi}]")
+    if cfg.pos_encoding == "learned" and start_pos + T > cfg.block_size:
+        raise ValueError(f"idx: sequence reaches position "
+                         f"{start_pos + T - 1}, but learned positions "
+                         f"stop at block_size - 1 = {cfg.block_size - 1}")
+    if caches is not None and len(caches) != cfg.n_layer:
+        raise ValueError(f"caches: expected one per block "
+                         f"({cfg.n_layer}), got {len(caches)}")
+
+
+def _loss(cfg: GPTConfig, logits: torch.Tensor,
+          targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy in nats, eq. (eq-cross-entropy); with cfg.fused
+    the same checks, then the hand-written backward. Chapter "Multi-head
+    attention, the block and the GPT model", section "The full model"."""
+    if cfg.fused:
+        check_targets(logits, targets)
+        return kernels.cross_entropy_mean(logits, targets)
+    return cross_entropy(logits, targets)
+
+
+def gpt_param_count(config: GPTConfig) -> int:
+    """Parameters of GPT(config), tied weights counted once. Implements eq.
+    (eq-param-count), chapter "Multi-head attention, the block and the GPT
+    model", section "Counting parameters"."""
+    D, V, L, F = (config.n_embd, config.vocab_size, config.n_layer,
+                  config.ffn_dim)
+    b = int(config.bias)
+    norm = D * (1 + b) if config.norm == "layernorm" else D
+    attn = 4 * D * D + 4 * D * b  # W_QKV (D, 3D), W_O (D, D), biases
+    ffn = 2 * D * F + (F + D) * b  # up (D, F), down (F, D), biases
+    total = V * D + L * (2 * norm + attn + ffn)
+    if config.pos_encoding == "learned":
+        total += config.block_size * D
+    if config.norm_position == "pre":
+        total += norm  # the final norm
+    if not config.tie_weights:
+        total += V * D  # a separate unembedding
+    return total
+
+
+def _n_params(model: "GPT", non_embedding: bool = False) -> int:
+    """GPT.n_params: the tensors counted, tied weights once; without the
+    token and position tables if non_embedding."""
+    n = sum(p.numel() for p in model.parameters())
+    if non_embedding:
+        n -= model.wte.weight.numel()
+        if model.wpe is not None:
+            n -= model.wpe.weight.numel()
+    return n
+
+
+def _from_hf_gpt2(cls: type, hf_model) -> "GPT":
+    """GPT.from_hf_gpt2: build this model from a Hugging Face
+    GPT2LMHeadModel, copying its weights. HF's Conv1D stores (in, out), as
+    this book's Linear does, so nothing is transposed. Chapter "Multi-head
+    attention, the block and the GPT model", section "Loading GPT-2"."""
+    c = hf_model.config
+    act = getattr(c, "activation_function", None)
+    if act not in ("gelu_new", "gelu_pytorch_tanh"):
+        raise ValueError(f"hf_model: expected tanh-GELU activation "
+                         f"(gelu_new), got {act!r}")
+    if not getattr(c, "scale_attn_weights", True) or getattr(
+            c, "scale_attn_by_inverse_layer_idx", False):
+        raise ValueError("hf_model: expected plain 1/sqrt(Dh) scaling")
+    sd = hf_model.state_dict()
+    tied = hf_model.lm_head.weight is hf_model.transformer.wte.weight
+    D = c.n_embd
+    config = GPTConfig(vocab_size=c.vocab_size, block_size=c.n_positions,
+                       n_layer=c.n_layer, n_head=c.n_head, n_embd=D,
+                       ffn_mult=(c.n_inner or 4 * D) / D,
+                       norm_eps=c.layer_norm_epsilon, tie_weights=tied)
+    model = cls(config).to(sd["transformer.wte.weight"].dtype)
+    ours = {"wte.weight": "transformer.wte.weight",
+            "wpe.weight": "transformer.wpe.weight",
+            "ln_f.weight": "transformer.ln_f.weight",
+            "ln_f.bias": "transformer.ln_f.bias"}
+    if not tied:
+        ours["lm_head.weight"] = "lm_head.weight"
+    for i in range(c.n_layer):
+        for part in ("ln_1.weight", "ln_1.bias", "ln_2.weight",
+                     "ln_2.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+                     "attn.c_proj.weight", "attn.c_proj.bias",
+                     "mlp.c_fc.weight", "mlp.c_fc.bias",
+                     "mlp.c_proj.weight", "mlp.c_proj.bias"):
+            ours[f"blocks.{i}.{part}"] = f"transformer.h.{i}.{part}"
+    params = dict(model.named_parameters())
+    missing = set(params) - set(ours)
+    if missing:
+        raise ValueError(f"hf_model: no weights for {sorted(missing)}")
+    with torch.no_grad():
+        for name, hf_name in ours.items():
+            params[name].copy_(sd[hf_name])
+    return model
 
 
 import json  # here, not at the top: this section is self-contained

@@ -12,11 +12,16 @@ import torch
 
 
 def _inv_freq(d: int, base: float) -> torch.Tensor:
-    """ω_i = base^(-2i/d) for i = 0 .. d/2 - 1, in float64: (d/2,)."""
+    """ω_i = base^(-2i/d) for i = 0 .. d/2 - 1, in float64: (d/2,).
+
+    The frequencies of eq. (eq-pos-sinusoidal) and eq. (eq-rope-theta),
+    chapter "Positional encodings", section "Sinusoidal positions"."""
     return base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
 
 
 def _check_width(d: int, name: str) -> None:
+    """An even width >= 2 (both encodings work on pairs), else a
+    ValueError naming `name`."""
     if not (isinstance(d, int) and d >= 2 and d % 2 == 0):
         raise ValueError(f"{name}: expected an even int >= 2 (the encoding "
                          f"works on pairs of dimensions), got {d!r}")
@@ -30,8 +35,9 @@ def sinusoidal_encoding(T: int, D: int, base: float = 10000.0,
     """Fixed positions P[t, 2i] = sin(t ω_i), P[t, 2i+1] = cos(t ω_i).
 
     Rows are positions offset .. offset + T - 1 (offset > 0 when a cache
-    already holds the earlier positions). Shapes: -> (T, D). Derived in
-    chapter "Positional encodings", section "Sinusoidal positions"."""
+    already holds the earlier positions). Shapes: -> (T, D). Implements
+    eq. (eq-pos-sinusoidal), chapter "Positional encodings", section
+    "Sinusoidal positions"."""
     _check_width(D, "D")
     if not (isinstance(T, int) and T >= 0):
         raise ValueError(f"T: expected a non-negative int, got {T!r}")
@@ -51,8 +57,9 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor,
 
     Shapes: x (..., T, Dh) with Dh even, positions (T,) or broadcastable
     to x.shape[:-1], integer -> (..., T, Dh), same dtype. Apply to queries
-    and keys, never to values. Derived in chapter "Positional encodings",
-    section "Rotary positions (RoPE)", moves 2-5."""
+    and keys, never to values. Implements eq. (eq-rope) with the angles of
+    eq. (eq-rope-theta), chapter "Positional encodings", section "Rotary
+    positions (RoPE)", moves 2-5."""
     if not isinstance(x, torch.Tensor) or not x.is_floating_point():
         raise ValueError("x: expected a floating-point tensor (..., T, Dh)")
     if x.dim() < 2:

@@ -114,7 +114,7 @@ def normal_cdf(x: float) -> float:
 
 
 def normal_quantile(q: float) -> float:
-    """z_q with normal_cdf(z_q) = q, by bisection.
+    """The q-quantile Φ⁻¹(q): the x with normal_cdf(x) = q, by bisection.
 
     Chapter "Evaluation uncertainty and error bars", move 4."""
     _check_q(q)
