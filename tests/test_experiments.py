@@ -12,9 +12,10 @@ import torch
 from transformer.baseline import token_stream
 from transformer.experiments import (EXPERIMENTS, PROBES, Experiment, Probe,
                                      RunConfig, attention_entropy,
-                                     evaluate_windows, init_grad_norms, main,
+                                     evaluate_windows, init_grad_norms,
                                      run_experiment, summary_rows,
                                      summary_table, train_run)
+from transformer.cli import main as cli
 from transformer.model import GPT, GPTConfig
 from transformer.stats import summarize
 
@@ -51,8 +52,6 @@ def test_declaration_validation():
         RunConfig(steps=10, warmup_steps=11)
     with pytest.raises(ValueError, match="steps"):
         RunConfig(steps=0)
-    with pytest.raises(ValueError, match="id"):
-        main(["E404", "--root", "/nonexistent"])
     for exp in GRIDS:  # every declared point is buildable
         for stratum, value, _ in exp.points():
             exp.configs(stratum, value)
@@ -60,12 +59,13 @@ def test_declaration_validation():
 
 def test_smoke_runs_and_resume(tmp_path, capsys):
     for exp_id in ("E4", "E6"):
-        assert main([exp_id, "--smoke", "--root", str(tmp_path)]) == 0
+        assert cli(["experiment", exp_id, "--smoke",
+                    "--root", str(tmp_path)]) == 0
     files = sorted(tmp_path.glob("*/*.json"))
     n_points = sum(len(EXPERIMENTS[i].smoke().points()) for i in ("E4", "E6"))
     assert len(files) == n_points
     stamps = {p: p.stat().st_mtime_ns for p in files}
-    main(["E4", "--smoke", "--root", str(tmp_path)])
+    cli(["experiment", "E4", "--smoke", "--root", str(tmp_path)])
     assert {p: p.stat().st_mtime_ns for p in files} == stamps
     out = capsys.readouterr().out
     assert "done, skipped" in out and "prediction:" in out
@@ -83,7 +83,7 @@ def test_smoke_runs_and_resume(tmp_path, capsys):
     e6 = [json.loads(p.read_text()) for p in tmp_path.glob("E6/*.json")]
     for rec in e6:
         assert len(rec["init_grad_norms"]) == rec["stratum"]
-    main(["--list", "--smoke", "--root", str(tmp_path)])
+    cli(["experiment", "--list", "--smoke", "--root", str(tmp_path)])
     assert f"({len(e4)}/{len(e4)} runs)" in capsys.readouterr().out
 
 
@@ -188,11 +188,12 @@ def test_probes_smoke_resume_and_records(tmp_path, capsys):
     a second run, with the metrics their tables show."""
     from transformer.experiments import TABLE_METRICS
     for pid in PROBES:
-        assert main([pid, "--smoke", "--root", str(tmp_path)]) == 0
+        assert cli(["experiment", pid, "--smoke",
+                    "--root", str(tmp_path)]) == 0
     files = sorted(tmp_path.glob("*/*.json"))
     assert len(files) == 2 * len(PROBES)
     stamps = {p: p.stat().st_mtime_ns for p in files}
-    main(["E12", "--smoke", "--root", str(tmp_path)])
+    cli(["experiment", "E12", "--smoke", "--root", str(tmp_path)])
     assert {p: p.stat().st_mtime_ns for p in files} == stamps
     for p in files:
         rec = json.loads(p.read_text())

@@ -15,8 +15,7 @@ from transformer.model import GPT, GPTConfig
 from transformer.training import (PRESETS, TrainConfig, configs_from,
                                   evaluate, init_model, load_checkpoint,
                                   model_from_checkpoint, sample_ids,
-                                  sample_main, save_checkpoint, train,
-                                  train_main)
+                                  save_checkpoint, train)
 
 V = 32
 
@@ -70,24 +69,24 @@ def test_presets_build_and_have_the_promised_sizes():
     assert 8e6 <= sizes["small"] <= 12e6
 
 
-def test_configs_from_overrides_parse_and_reject():
-    m, t = configs_from("tiny", ["n_layer=2", "lr=0.01", "steps=10",
-                                 "bias=false", "seq_len=none"])
+def test_configs_from_applies_typed_overrides_and_rejects():
+    m, t = configs_from("tiny", {"n_layer": 2, "lr": 0.01, "steps": 10,
+                                 "bias": False, "seq_len": None})
     assert (m.n_layer, t.lr, t.steps, m.bias, t.seq_len) == (
         2, 0.01, 10, False, None)
     assert t.warmup_steps == 10  # shrunk to the run
     with pytest.raises(ValueError, match="^preset:"):
         configs_from("huge")
     with pytest.raises(ValueError, match="unknown field 'n_layers'"):
-        configs_from("tiny", ["n_layers=2"])
-    with pytest.raises(ValueError, match="^n_layer: expected a int"):
-        configs_from("tiny", ["n_layer=two"])
+        configs_from("tiny", {"n_layers": 2})
+    with pytest.raises(ValueError, match="^n_layer: expected a positive"):
+        configs_from("tiny", {"n_layer": "two"})
     with pytest.raises(ValueError, match="^steps:"):
-        configs_from("tiny", ["steps=-5"])
+        configs_from("tiny", {"steps": -5})
     with pytest.raises(ValueError, match="^seq_len: expected <= the model"):
-        configs_from("tiny", ["seq_len=129"])
-    with pytest.raises(ValueError, match="expected FIELD=VALUE"):
-        configs_from("tiny", ["steps"])
+        configs_from("tiny", {"seq_len": 129})
+    with pytest.raises(ValueError, match="^overrides: expected a dict"):
+        configs_from("tiny", ["steps=3"])
 
 
 # -------------------------------------------------------------- evaluate
@@ -298,40 +297,3 @@ def test_sampler_limits():
         sample_ids(model, ids, 1, temperature=-1)
     with pytest.raises(ValueError, match="^top_p:"):
         sample_ids(model, ids, 1, top_p=0)
-
-
-# --------------------------------------------------------------- commands
-
-@pytest.mark.parametrize("argv, message", [
-    (["--preset", "huge"], "preset: expected one of"),
-    (["--set", "n_layers=2"], "unknown field 'n_layers'"),
-    (["--set", "steps=-1"], "steps: expected an int >= 0"),
-    (["--set", "seq_len=4096"], "seq_len: expected <= the model's"),
-    (["--set", "n_head=3"], "n_embd: expected a multiple of n_head"),
-    (["--bogus"], "unrecognized arguments"),
-    (["--threads", "0"], "--threads: expected an int >= 1"),
-])
-def test_train_main_bad_arguments_exit_2_with_a_message(argv, message,
-                                                        capsys):
-    assert train_main(argv) == 2
-    err = capsys.readouterr().err
-    assert message in err and "Traceback" not in err
-
-
-def test_train_then_sample_end_to_end(tmp_path, capsys):
-    path = tmp_path / "run.pt"
-    log = tmp_path / "log.json"
-    code = train_main(["--set", "steps=2", "--set", "n_layer=1",
-                       "--set", "n_embd=32", "--set", "batch_size=2",
-                       "--set", "seq_len=16", "--set", "eval_batches=1",
-                       "--checkpoint", str(path), "--log", str(log),
-                       "--no-progress", "--threads", "1"])
-    assert code == 0 and path.is_file() and log.is_file()
-    assert "step 2: train loss" in capsys.readouterr().out
-    code = sample_main(["--checkpoint", str(path), "--prompt", "ROMEO:",
-                        "--max-new-tokens", "5", "--top-k", "5"])
-    out = capsys.readouterr().out
-    assert code == 0 and out.startswith("ROMEO:")
-    assert sample_main(["--checkpoint", str(tmp_path / "nope.pt")]) == 2
-    assert sample_main(["--checkpoint", str(path), "--top-p", "2"]) == 2
-    assert sample_main([]) == 2  # --checkpoint is required

@@ -3,23 +3,423 @@
 from __future__ import annotations
 
 __all__ = [
+    "source_fields",
+    "source_constant",
+    "model_and_train_fields",
+    "parse_value",
+    "parse_overrides",
+    "train_parser",
+    "sample_parser",
+    "cost_parser",
+    "experiment_parser",
+    "run_train",
+    "run_sample",
+    "run_cost",
+    "run_experiments",
     "usage",
 ]
 
 
-import importlib
+import argparse
+import ast
+import importlib.util
 import sys
+from pathlib import Path
+
+# the package's folder, found without importing the package (and torch)
+PACKAGE = Path(importlib.util.find_spec("transformer").origin).parent
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors on one line: `PROG: error: MESSAGE (see
+    --help)`, exit code 2 (argparse itself prints the usage first)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Every option's help ends with its default (unless it has none, or
+    the help says it in words); epilogs keep their line breaks."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if (action.default is not None and action.default is not False
+                and action.default != [] and "default" not in text
+                and action.default is not argparse.SUPPRESS):
+            default = action.default
+            if isinstance(default, (list, tuple)):
+                default = ",".join(map(str, default))
+            text += f" (default: {default!r})" if isinstance(
+                default, str) else f" (default: {default})"
+        return text
+
+
+def _module_tree(module: str) -> ast.Module:
+    path = PACKAGE / f"{module}.py"
+    return ast.parse(path.read_text(encoding="utf-8"), str(path))
+
+
+def source_fields(module: str, cls: str) -> dict[str, tuple[str, str]]:
+    """{field: (type, default)} of the dataclass `cls` in
+    transformer/<module>.py, as source text read with ast (no import, no
+    torch); the default is '' for a required field. Defined in appendix
+    "The command line", section "Help without torch"."""
+    for node in _module_tree(module).body:
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            return {s.target.id: (ast.unparse(s.annotation),
+                                  "" if s.value is None
+                                  else ast.unparse(s.value))
+                    for s in node.body if isinstance(s, ast.AnnAssign)
+                    and isinstance(s.target, ast.Name)}
+    raise LookupError(f"transformer/{module}.py defines no class {cls}")
+
+
+def source_constant(module: str, name: str):
+    """The value assigned to `name` at the top of transformer/<module>.py:
+    a literal as itself; a call f(k=v, ...) or dict(...) as {k: v};
+    a dict of such as a dict of them. Section "Help without torch"."""
+    def value(node):
+        if isinstance(node, ast.Call):
+            return {k.arg: value(k.value) for k in node.keywords}
+        if isinstance(node, ast.Tuple):
+            return tuple(value(e) for e in node.elts)
+        if isinstance(node, ast.Dict):
+            return {value(k): value(v)
+                    for k, v in zip(node.keys, node.values)}
+        return ast.literal_eval(node)
+
+    for node in _module_tree(module).body:
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == name
+                for t in node.targets):
+            return value(node.value)
+    raise LookupError(f"transformer/{module}.py assigns no {name}")
+
+
+def model_and_train_fields() -> dict[str, tuple[str, str]]:
+    """Every field `--set` accepts: GPTConfig's, then TrainConfig's."""
+    return {**source_fields("model", "GPTConfig"),
+            **source_fields("training", "TrainConfig")}
+
+
+def parse_value(name: str, kind: str, text: str):
+    """`text` as the annotation `kind` says ('int', 'float', 'bool',
+    'str', each optionally '| None'); ValueError naming `name`."""
+    kind = kind.replace(" ", "")
+    low = text.strip().lower()
+    if kind.endswith("|None") and low == "none":
+        return None
+    kind = kind.removesuffix("|None")
+    try:
+        if kind == "bool":
+            if low in ("1", "true", "yes", "on"):
+                return True
+            if low in ("0", "false", "no", "off"):
+                return False
+            raise ValueError
+        if kind == "int":
+            return int(text)
+        if kind == "float":
+            return float(text)
+    except ValueError:
+        article = "an" if kind == "int" else "a"
+        raise ValueError(f"--set {name}: expected {article} {kind}, got "
+                         f"{text!r}") from None
+    return text
+
+
+def parse_overrides(items: list[str]) -> dict:
+    """['field=value', ...] -> {field: typed value}; ValueError for an
+    unknown field, a missing '=' or a value of the wrong type."""
+    known = model_and_train_fields()
+    out = {}
+    for item in items:
+        name, eq, text = item.partition("=")
+        name = name.strip()
+        if not eq or not name:
+            raise ValueError(f"--set: expected FIELD=VALUE, got {item!r}")
+        if name not in known:
+            raise ValueError(f"--set: unknown field {name!r} (`python -m "
+                             f"transformer train --help` lists them)")
+        out[name] = parse_value(name, known[name][0], text)
+    return out
+
+
+def _int_at_least(low: int):
+    def check(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected an int, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(
+                f"expected an int >= {low}, got {value}")
+        return value
+    return check
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated ints, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected positive ints, got {text!r}")
+    return values
+
+
+def _parser(verb: str, description: str, epilog: str = "") -> _Parser:
+    import textwrap
+    return _Parser(prog=f"python -m transformer {verb}",
+                   description=textwrap.fill(description, 79),
+                   epilog=epilog, formatter_class=_Formatter)
+
+
+def _threads(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--threads", type=_int_at_least(1), default=None,
+                   metavar="N",
+                   help="torch threads (default: PyTorch's choice; 1 is "
+                        "often faster on a busy machine)")
+
+
+def _fields_epilog() -> str:
+    presets = source_constant("training", "PRESETS")
+    lines = ["fields --set accepts (type = default; a preset overrides "
+             "some, shown after it):"]
+    for title, module, cls in (("model", "model", "GPTConfig"),
+                               ("training", "training", "TrainConfig")):
+        lines.append(f"  {title} ({cls}):")
+        index = 0 if cls == "GPTConfig" else 1
+        for name, (kind, default) in source_fields(module, cls).items():
+            by_preset = ", ".join(f"{p} {v[index][name]!r}"
+                                  for p, v in presets.items()
+                                  if name in v[index])
+            lines.append(f"    {name}: {kind}"
+                         + (f" = {default}" if default else "")
+                         + (f"  [{by_preset}]" if by_preset else ""))
+    return "\n".join(lines)
+
+
+def train_parser() -> _Parser:
+    presets = sorted(source_constant("training", "PRESETS"))
+    p = _parser("train", "Train a GPT on the book's corpus from a named "
+                "preset (chapter 'Training').", _fields_epilog())
+    p.add_argument("--preset", default="tiny", choices=presets,
+                   help="named model and training configuration")
+    p.add_argument("--set", action="append", default=[],
+                   metavar="FIELD=VALUE", dest="overrides",
+                   help="override any field listed below; repeatable "
+                        "(e.g. --set steps=100 --set n_layer=2)")
+    p.add_argument("--checkpoint", default=None, metavar="PATH",
+                   help="checkpoint file (default: checkpoints/PRESET.pt)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from --checkpoint if it exists")
+    p.add_argument("--log", default=None, metavar="PATH",
+                   help="also write the loss history to PATH as JSON")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar")
+    _threads(p)
+    return p
+
+
+def sample_parser() -> _Parser:
+    p = _parser("sample", "Sample text from a checkpoint written by "
+                "train (chapters 'Sampling' and 'The KV cache').")
+    p.add_argument("--checkpoint", required=True, metavar="PATH",
+                   help="a checkpoint written by train")
+    p.add_argument("--prompt", default="\n", help="text to continue")
+    p.add_argument("--max-new-tokens", type=_int_at_least(0), default=200,
+                   metavar="N", help="tokens to generate")
+    p.add_argument("--temperature", type=float, default=1.0, metavar="T",
+                   help="divides the logits; 0 is greedy")
+    p.add_argument("--top-k", type=_int_at_least(1), default=None,
+                   metavar="K",
+                   help="keep the K most likely tokens (default: all)")
+    p.add_argument("--top-p", type=float, default=None, metavar="P",
+                   help="keep the smallest set of tokens with probability "
+                        "P or more (default: all)")
+    p.add_argument("--seed", type=_int_at_least(0), default=0,
+                   metavar="N", help="seed of the sampling generator")
+    _threads(p)
+    return p
+
+
+def cost_parser() -> _Parser:
+    shape = source_constant("cost_model", "GPT2_SMALL")
+    p = _parser("cost", "Parameters, FLOPs and memory of a decoder-only "
+                "Transformer (chapter 'The cost model'); the defaults are "
+                "GPT-2 small.")
+    for name, sym, what in (("vocab_size", "V", "vocabulary size"),
+                            ("block_size", "T", "the model's context"),
+                            ("n_layer", "L", "layers"),
+                            ("n_head", "H", "heads"), ("n_embd", "D",
+                                                       "width")):
+        p.add_argument("--" + name.replace("_", "-"), type=_int_at_least(1),
+                       default=shape[name], metavar=sym, help=what)
+    p.add_argument("--ffn-mult", type=float, default=4.0, metavar="X",
+                   help="feed-forward width as a multiple of D")
+    p.add_argument("--no-bias", action="store_true",
+                   help="linear layers without biases")
+    p.add_argument("--untied", action="store_true",
+                   help="an output matrix separate from the embedding")
+    p.add_argument("--batch", type=_int_at_least(1), default=1,
+                   metavar="B", help="sequences")
+    p.add_argument("--bytes", type=_int_at_least(1), default=4,
+                   metavar="N", help="bytes per element (4 = float32)")
+    p.add_argument("--contexts", type=_int_list,
+                   default="128,256,512,1024,2048,4096,8192",
+                   metavar="T,T,...",
+                   help="context lengths of the table's rows")
+    return p
+
+
+def experiment_parser() -> _Parser:
+    p = _parser("experiment", "Run, resume or summarise the book's "
+                "experiments (chapter 'Ablations'): each run is a JSON "
+                "record; a run whose record exists is skipped.")
+    p.add_argument("id", nargs="?", default=None,
+                   help="an experiment id (see --list), or 'all'")
+    p.add_argument("--list", action="store_true",
+                   help="list the experiments and how many runs exist")
+    p.add_argument("--smoke", action="store_true",
+                   help="a seconds-long version of each (for tests)")
+    p.add_argument("--root", type=Path, default=None, metavar="DIR",
+                   help="results folder (default: results/experiments "
+                        "of the checkout)")
+    return p
+
+
+def _set_threads(n: int | None) -> None:
+    if n is not None:
+        import torch
+        torch.set_num_threads(n)
+
+
+def run_train(args) -> int:
+    """`python -m transformer train`. Section "The commands"."""
+    from transformer.baseline import token_stream
+    from transformer.training import configs_from, init_model, train
+    _set_threads(args.threads)
+    model_cfg, train_cfg = configs_from(args.preset,
+                                        parse_overrides(args.overrides))
+    path = Path(args.checkpoint or f"checkpoints/{args.preset}.pt")
+    tokenizer, train_ids, val_ids = token_stream(model_cfg.vocab_size)
+    model = init_model(model_cfg, train_cfg.seed)
+    print(f"preset {args.preset}: {model.n_params():,} parameters, "
+          f"{train_cfg.steps} steps of {train_cfg.batch_size} x "
+          f"{train_cfg.seq_len or model_cfg.block_size} tokens; "
+          f"checkpoint {path}", file=sys.stderr)
+    try:
+        hist = train(model, train_ids, val_ids, train_cfg, path,
+                     resume=args.resume, progress=not args.no_progress,
+                     tokenizer=tokenizer)
+    except KeyboardInterrupt:
+        print(f"interrupted; checkpoint saved to {path} (continue with "
+              f"--resume)", file=sys.stderr)
+        return 130
+    if args.log:
+        import json
+        Path(args.log).write_text(json.dumps(hist, indent=1) + "\n")
+    print(f"step {hist['steps']}: train loss {hist['train_loss'][-1]:.4f}, "
+          f"val loss {hist['val_loss'][-1]:.4f} nats/token, "
+          f"{hist['tokens_per_s']:,.0f} tokens/s, {hist['wall_s']:.1f} s; "
+          f"saved {path}")
+    return 0
+
+
+def run_sample(args) -> int:
+    """`python -m transformer sample`. Section "The commands"."""
+    import torch
+    from transformer.training import model_from_checkpoint, sample_ids
+    _set_threads(args.threads)
+    model, tokenizer, _ = model_from_checkpoint(args.checkpoint)
+    if tokenizer is None:
+        raise ValueError(f"--checkpoint: {args.checkpoint!r} holds no "
+                         f"tokenizer, so text cannot be encoded")
+    prompt = tokenizer.encode(args.prompt)
+    if not prompt:
+        raise ValueError("--prompt: expected at least one token")
+    ids = torch.tensor([prompt], dtype=torch.int64)  # (1, T)
+    gen = torch.Generator().manual_seed(args.seed)
+    out = sample_ids(model, ids, args.max_new_tokens, args.temperature,
+                     args.top_k, args.top_p, gen)  # (1, T + N)
+    print(tokenizer.decode(out[0].tolist()))
+    return 0
+
+
+def run_cost(args) -> int:
+    """`python -m transformer cost`: the cost table for a shape. Section
+    "The commands"; the table is derived in chapter "The cost model"."""
+    from transformer.cost_model import (ModelShape, cost_table,
+                                        flop_crossover_length,
+                                        format_cost_table,
+                                        kv_crossover_length, param_count)
+    s = ModelShape(vocab_size=args.vocab_size, block_size=args.block_size,
+                   n_layer=args.n_layer, n_head=args.n_head,
+                   n_embd=args.n_embd, ffn_mult=args.ffn_mult,
+                   bias=not args.no_bias, tie_weights=not args.untied)
+    # everything is computed before anything is printed: an error is then
+    # the only output
+    table = format_cost_table(cost_table(s, args.contexts, args.batch,
+                                         args.bytes))
+    lines = [f"{param_count(s):,} parameters; B={args.batch}, "
+             f"{args.bytes} bytes per element", table,
+             f"quadratic FLOPs pass the rest at T = "
+             f"{flop_crossover_length(s):.0f} (layers only), "
+             f"{flop_crossover_length(s, include_head=True):.0f} "
+             f"(with head)",
+             f"KV cache passes the weights at T = "
+             f"{kv_crossover_length(s, args.batch):.0f}"]
+    print("\n".join(lines))
+    return 0
+
+
+def run_experiments(args) -> int:
+    """`python -m transformer experiment`. Section "The commands"; the
+    runner is derived in chapter "Ablations"."""
+    from transformer.experiments import (EXPERIMENTS, TABLE_METRICS,
+                                         default_results_dir,
+                                         run_experiment, summary_table)
+    root = args.root or default_results_dir()
+    if args.list or args.id is None:
+        for exp in EXPERIMENTS.values():
+            exp = exp.smoke() if args.smoke else exp
+            n = len(exp.points())
+            have = len(list((Path(root) / exp.id).glob("*.json")))
+            print(f"{exp.id:<4} {exp.title} ({have}/{n} runs)")
+        return 0
+    ids = list(EXPERIMENTS) if args.id == "all" else [args.id]
+    for i in ids:
+        if i not in EXPERIMENTS:
+            raise ValueError(f"id: expected one of {list(EXPERIMENTS)} or "
+                             f"'all', got {i!r}")
+    import torch
+    torch.set_num_threads(1)  # one core each: the machine is shared
+    for i in ids:
+        exp = EXPERIMENTS[i].smoke() if args.smoke else EXPERIMENTS[i]
+        print(f"{exp.id}: {exp.title}\n  prediction: {exp.prediction}\n"
+              f"  falsifier: {exp.falsifier}", flush=True)
+        recs = run_experiment(exp, root,
+                              log=lambda s: print(s, flush=True))
+        print(summary_table(exp, recs, TABLE_METRICS.get(
+            exp.id, ("val_loss",))), flush=True)
+    return 0
+
 
 COMMANDS = {
-    # verb: (module, function, one-line help)
-    "train": ("transformer.training", "train_main",
-              "train a preset or configuration, with checkpoints"),
-    "sample": ("transformer.training", "sample_main",
-               "generate text from a checkpoint"),
-    "cost": ("transformer.cost_model", "main",
-             "print parameters, FLOPs and memory for a model shape"),
-    "experiment": ("transformer.experiments", "main",
-                   "run, resume or summarise the experiments (E1-E13)"),
+    # verb: (one-line help, parser, body)
+    "train": ("train a preset or configuration, with checkpoints",
+              train_parser, run_train),
+    "sample": ("generate text from a checkpoint", sample_parser,
+               run_sample),
+    "cost": ("print parameters, FLOPs and memory for a model shape",
+             cost_parser, run_cost),
+    "experiment": ("run, resume or summarise the experiments (--list)",
+                   experiment_parser, run_experiments),
 }
 
 
@@ -27,16 +427,22 @@ def usage() -> str:
     width = max(map(len, COMMANDS))
     lines = ["usage: python -m transformer COMMAND [options]", "",
              "commands:"]
-    lines += [f"  {verb:<{width}}  {info[2]}"
+    lines += [f"  {verb:<{width}}  {info[0]}"
               for verb, info in COMMANDS.items()]
     lines += ["", "`python -m transformer COMMAND --help` lists the options "
                   "of one command."]
     return "\n".join(lines)
 
 
+def _one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split())
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Dispatch `python -m transformer COMMAND ...` to the chapter that
-    implements COMMAND. Defined in appendix "The command line"."""
+    """Run `python -m transformer COMMAND ...`; return the exit code: 0
+    done, 2 a usage error or a bad file (one line on stderr, never a
+    traceback). Defined in appendix "The command line"."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(usage())
@@ -44,15 +450,28 @@ def main(argv: list[str] | None = None) -> int:
     verb, rest = argv[0], argv[1:]
     if verb not in COMMANDS:
         print(f"error: unknown command {verb!r}; expected one of "
-              f"{', '.join(COMMANDS)}\n\n{usage()}", file=sys.stderr)
+              f"{', '.join(COMMANDS)} (see --help)", file=sys.stderr)
         return 2
-    module_name, function, _ = COMMANDS[verb]
+    _, make_parser, body = COMMANDS[verb]
     try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as err:
-        if err.name != module_name:
-            raise
-        print(f"error: command {verb!r} needs {module_name}, which this "
-              f"installation does not have", file=sys.stderr)
+        args = make_parser().parse_args(rest)
+    except SystemExit as stop:  # --help (0) or a usage error (2)
+        return stop.code if isinstance(stop.code, int) else 2
+    try:
+        return int(body(args) or 0)
+    except BrokenPipeError:  # `... | head`: the reader left; so do we
+        return _broken_pipe()
+    except (ValueError, OSError) as err:
+        print(f"python -m transformer {verb}: error: {_one_line(err)}",
+              file=sys.stderr)
         return 2
-    return int(getattr(module, function)(rest) or 0)
+
+
+def _broken_pipe() -> int:
+    """Exit quietly once stdout's reader has gone (`cost | head -3`):
+    point stdout at /dev/null so that the final flush cannot fail again,
+    and return 141, the code of a process ended by SIGPIPE."""
+    import os
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return 141

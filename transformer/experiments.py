@@ -27,7 +27,6 @@ __all__ = [
 ]
 
 
-import argparse
 import json
 import math
 import os
@@ -517,43 +516,6 @@ def summary_table(exp: Experiment, records: list[dict],
                          f"{s.hi:.{digits}f}]")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m transformer experiment ID|all [--smoke] [--root DIR]`, or
-    `--list`: run experiments (resuming), then print their summary tables.
-    Section "Running it"."""
-    p = argparse.ArgumentParser(prog="python -m transformer experiment")
-    p.add_argument("id", nargs="?", help="an experiment id, or 'all'")
-    p.add_argument("--list", action="store_true", help="list experiments")
-    p.add_argument("--smoke", action="store_true",
-                   help="tiny version of each (seconds; for CI)")
-    p.add_argument("--root", type=Path, default=None,
-                   help="results folder (default results/experiments)")
-    args = p.parse_args(argv)
-    root = args.root or default_results_dir()
-    if args.list or args.id is None:
-        for exp in EXPERIMENTS.values():
-            exp = exp.smoke() if args.smoke else exp
-            n = len(exp.points())
-            have = len(list((Path(root) / exp.id).glob("*.json")))
-            print(f"{exp.id:<4} {exp.title} ({have}/{n} runs)")
-        return 0
-    ids = list(EXPERIMENTS) if args.id == "all" else [args.id]
-    for i in ids:
-        if i not in EXPERIMENTS:
-            raise ValueError(f"id: expected one of {list(EXPERIMENTS)} or "
-                             f"'all', got {i!r}")
-    torch.set_num_threads(1)  # one core each: the machine is shared
-    for i in ids:
-        exp = EXPERIMENTS[i].smoke() if args.smoke else EXPERIMENTS[i]
-        print(f"{exp.id}: {exp.title}\n  prediction: {exp.prediction}\n"
-              f"  falsifier: {exp.falsifier}", flush=True)
-        recs = run_experiment(exp, root,
-                              log=lambda s: print(s, flush=True))
-        print(summary_table(exp, recs, TABLE_METRICS.get(
-            exp.id, ("val_loss",))), flush=True)
-    return 0
 
 
 _SMALL = {"n_embd": 64, "n_head": 4, "n_layer": 2, "block_size": 64}

@@ -15,7 +15,6 @@ __all__ = [
 ]
 
 
-import argparse
 import dataclasses
 import math
 import os
@@ -590,60 +589,35 @@ PRESETS = {
 }
 
 
-def _parse_value(field: dataclasses.Field, text: str):
-    """Convert a command-line string to the type of a dataclass field."""
-    kind = str(field.type).replace(" ", "")
-    low = text.strip().lower()
-    if kind.endswith("|None") and low == "none":
-        return None
-    kind = kind.removesuffix("|None")
-    try:
-        if kind == "bool":
-            if low in ("1", "true", "yes", "on"):
-                return True
-            if low in ("0", "false", "no", "off"):
-                return False
-            raise ValueError
-        if kind == "int":
-            return int(text)
-        if kind == "float":
-            return float(text)
-    except ValueError:
-        raise ValueError(f"{field.name}: expected a {kind}, got "
-                         f"{text!r}") from None
-    return text
-
-
-def configs_from(preset: str, overrides=()) -> tuple[GPTConfig,
-                                                     TrainConfig]:
-    """(GPTConfig, TrainConfig) of a named preset with "field=value"
-    overrides applied; any field of either dataclass may be set. If steps
-    is set below the preset's warmup and warmup_steps is not, the warmup
-    shrinks to the run. Raises
-    ValueError naming the preset or field at fault. Defined in chapter
-    "Training", section "Presets and
-    the command line"."""
+def configs_from(preset: str, overrides: dict | None = None
+                 ) -> tuple[GPTConfig, TrainConfig]:
+    """(GPTConfig, TrainConfig) of a named preset with `overrides`, a dict
+    of typed values for any field of either dataclass, applied. If steps
+    is overridden below the preset's warmup and warmup_steps is not, the
+    warmup shrinks to the run. Raises ValueError naming the preset or
+    field at fault (the command line turns `--set field=value` text into
+    this dict). Defined in chapter "Training", section "Presets and the
+    command line"."""
     if preset not in PRESETS:
         raise ValueError(f"preset: expected one of {sorted(PRESETS)}, "
                          f"got {preset!r}")
+    overrides = {} if overrides is None else overrides
+    if not isinstance(overrides, dict):
+        raise ValueError(f"overrides: expected a dict of field -> value, "
+                         f"got {type(overrides).__name__}")
     model_kw, train_kw = (dict(d) for d in PRESETS[preset])
-    model_fields = {f.name: f for f in dataclasses.fields(GPTConfig)}
-    train_fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
-    for item in overrides:
-        name, eq, text = item.partition("=")
-        name = name.strip()
-        if not eq or not name:
-            raise ValueError(f"--set: expected FIELD=VALUE, got {item!r}")
+    model_fields = {f.name for f in dataclasses.fields(GPTConfig)}
+    train_fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    for name, value in overrides.items():
         if name in model_fields:
-            model_kw[name] = _parse_value(model_fields[name], text)
+            model_kw[name] = value
         elif name in train_fields:
-            train_kw[name] = _parse_value(train_fields[name], text)
+            train_kw[name] = value
         else:
-            raise ValueError(f"--set: unknown field {name!r}; model fields "
-                             f"are {sorted(model_fields)}, training fields "
-                             f"{sorted(train_fields)}")
-    set_names = {item.partition("=")[0].strip() for item in overrides}
-    if "warmup_steps" not in set_names and _is_int(train_kw["steps"]):
+            raise ValueError(f"overrides: unknown field {name!r}; model "
+                             f"fields are {sorted(model_fields)}, "
+                             f"training fields {sorted(train_fields)}")
+    if "warmup_steps" not in overrides and _is_int(train_kw["steps"]):
         # a shorter run keeps the preset's warmup only if it fits
         train_kw["warmup_steps"] = min(train_kw["warmup_steps"],
                                        max(train_kw["steps"], 1))
@@ -661,118 +635,3 @@ def init_model(config: GPTConfig, seed: int) -> GPT:
     one move at a time", move 7."""
     torch.manual_seed(seed)
     return GPT(config)
-
-
-def _parse_args(parser: argparse.ArgumentParser, argv):
-    """argparse exits on bad input; return its exit code instead."""
-    try:
-        return parser.parse_args(argv), None
-    except SystemExit as stop:
-        return None, (stop.code if isinstance(stop.code, int) else 2)
-
-
-def train_main(argv=None) -> int:
-    """`python -m transformer train`: train a preset, print a summary.
-    Returns the exit code (0 done, 2 bad arguments, 130 interrupted).
-    Defined in chapter "Training", section "Presets and
-    the command line"."""
-    p = argparse.ArgumentParser(
-        prog="python -m transformer train",
-        description="Train a GPT on the book's corpus from a named preset.")
-    p.add_argument("--preset", default="tiny",
-                   help=f"one of {sorted(PRESETS)} (default tiny)")
-    p.add_argument("--set", action="append", default=[],
-                   metavar="FIELD=VALUE", dest="overrides",
-                   help="override any GPTConfig or TrainConfig field; "
-                        "repeatable (e.g. --set steps=100 --set n_layer=2)")
-    p.add_argument("--checkpoint", default=None, metavar="PATH",
-                   help="checkpoint file (default checkpoints/PRESET.pt)")
-    p.add_argument("--resume", action="store_true",
-                   help="continue from --checkpoint if it exists")
-    p.add_argument("--log", default=None, metavar="PATH",
-                   help="also write the loss history as JSON")
-    p.add_argument("--no-progress", action="store_true",
-                   help="no progress bar")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch threads (default: PyTorch's choice; 1 is "
-                        "often faster on a busy machine)")
-    args, code = _parse_args(p, argv)
-    if args is None:
-        return code
-    if args.threads is not None:
-        if args.threads < 1:
-            print(f"error: --threads: expected an int >= 1, got "
-                  f"{args.threads}", file=sys.stderr)
-            return 2
-        torch.set_num_threads(args.threads)
-    try:
-        model_cfg, train_cfg = configs_from(args.preset, args.overrides)
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    from transformer.baseline import token_stream
-    tokenizer, train_ids, val_ids = token_stream(model_cfg.vocab_size)
-    model = init_model(model_cfg, train_cfg.seed)
-    path = Path(args.checkpoint or f"checkpoints/{args.preset}.pt")
-    print(f"preset {args.preset}: {model.n_params():,} parameters, "
-          f"{train_cfg.steps} steps of {train_cfg.batch_size} x "
-          f"{train_cfg.seq_len or model_cfg.block_size} tokens; "
-          f"checkpoint {path}", file=sys.stderr)
-    try:
-        hist = train(model, train_ids, val_ids, train_cfg, path,
-                     resume=args.resume, progress=not args.no_progress,
-                     tokenizer=tokenizer)
-    except KeyboardInterrupt:
-        print(f"interrupted; checkpoint saved to {path} (continue with "
-              f"--resume)", file=sys.stderr)
-        return 130
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    if args.log:
-        import json
-        Path(args.log).write_text(json.dumps(hist, indent=1) + "\n")
-    print(f"step {hist['steps']}: train loss {hist['train_loss'][-1]:.4f}, "
-          f"val loss {hist['val_loss'][-1]:.4f} nats/token, "
-          f"{hist['tokens_per_s']:,.0f} tokens/s, {hist['wall_s']:.1f} s; "
-          f"saved {path}")
-    return 0
-
-
-def sample_main(argv=None) -> int:
-    """`python -m transformer sample`: print text sampled from a
-    checkpoint. Returns the exit code (0 done, 2 bad arguments or file).
-    Defined in chapter "Training", section "Sampling from a checkpoint".
-    """
-    p = argparse.ArgumentParser(
-        prog="python -m transformer sample",
-        description="Sample text from a checkpoint written by train.")
-    p.add_argument("--checkpoint", required=True, metavar="PATH")
-    p.add_argument("--prompt", default="\n",
-                   help="text to continue (default a newline)")
-    p.add_argument("--max-new-tokens", type=int, default=200)
-    p.add_argument("--temperature", type=float, default=1.0,
-                   help="0 is greedy (default 1.0)")
-    p.add_argument("--top-k", type=int, default=None)
-    p.add_argument("--top-p", type=float, default=None)
-    p.add_argument("--seed", type=int, default=0)
-    args, code = _parse_args(p, argv)
-    if args is None:
-        return code
-    try:
-        model, tokenizer, _ = model_from_checkpoint(args.checkpoint)
-        if tokenizer is None:
-            raise ValueError(f"checkpoint: {args.checkpoint!r} holds no "
-                             f"tokenizer, so text cannot be encoded")
-        prompt = tokenizer.encode(args.prompt)
-        if not prompt:
-            raise ValueError("prompt: expected at least one token")
-        ids = torch.tensor([prompt], dtype=torch.int64)  # (1, T)
-        gen = torch.Generator().manual_seed(args.seed)
-        out = sample_ids(model, ids, args.max_new_tokens, args.temperature,
-                         args.top_k, args.top_p, gen)  # (1, T + N)
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(tokenizer.decode(out[0].tolist()))
-    return 0
