@@ -89,19 +89,25 @@ def test_help_of_every_verb_imports_no_torch():
     assert "no torch" in result.stdout
 
 
-def test_python_m_transformer_help_imports_no_torch():
-    """The whole path the shell takes: the package's __init__ must not
-    import torch either (it is lazy)."""
-    code = ("import runpy, sys\n"
-            "sys.argv = ['transformer', 'train', '--help']\n"
-            "try:\n"
-            "    runpy.run_module('transformer', run_name='__main__')\n"
-            "except SystemExit:\n"
-            "    pass\n"
-            "assert 'torch' not in sys.modules, 'imported torch'\n")
-    result = subprocess.run([sys.executable, "-c", code],
-                            capture_output=True, text=True, timeout=60)
+def imported_modules(stderr: str) -> set[str]:
+    """Module names from the report of `python -X importtime`."""
+    return {line.rsplit("|", 1)[-1].strip()
+            for line in stderr.splitlines()
+            if line.startswith("import time:")}
+
+
+@pytest.mark.parametrize("verb", [None, *sorted(cli.COMMANDS)])
+def test_python_m_transformer_help_imports_no_torch(verb):
+    """The whole path the shell takes, package __init__ included."""
+    args = ["--help"] if verb is None else [verb, "--help"]
+    result = subprocess.run([sys.executable, "-X", "importtime", "-m",
+                             "transformer", *args], capture_output=True,
+                            text=True, timeout=60)
     assert result.returncode == 0, result.stderr[-500:]
+    modules = imported_modules(result.stderr)
+    assert "argparse" in modules  # the report is read correctly
+    torch = sorted(m for m in modules if m.split(".")[0] == "torch")
+    assert not torch, torch[:5]
 
 
 def test_help_names_match_the_library():

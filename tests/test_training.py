@@ -4,7 +4,9 @@ Bit-identity claims (determinism, resume) are checked with exact equality of
 Python floats; everything runs on tiny models and synthetic streams so the
 file takes seconds."""
 import argparse
+import dataclasses
 import math
+import re
 import signal
 
 import pytest
@@ -12,10 +14,12 @@ import torch
 
 from transformer.baseline import get_batch
 from transformer.model import GPT, GPTConfig
-from transformer.training import (PRESETS, TrainConfig, configs_from,
-                                  evaluate, init_model, load_checkpoint,
-                                  model_from_checkpoint, sample_ids,
-                                  save_checkpoint, train)
+from transformer.training import (PRESETS, TrainConfig, TrainingInterrupted,
+                                  check_weights_fit, configs_from, evaluate,
+                                  evaluate_text, init_model, load_checkpoint,
+                                  model_from_checkpoint, read_text,
+                                  remove_stale_temporaries, save_checkpoint,
+                                  text_stream, train)
 
 V = 32
 
@@ -273,27 +277,190 @@ def test_loading_never_unpickles_arbitrary_objects(tmp_path):
     path = tmp_path / "evil.pt"
     torch.save({"format": "transformer-checkpoint",
                 "payload": argparse.Namespace(x=1)}, path)
-    with pytest.raises(ValueError, match="not a readable checkpoint"):
+    with pytest.raises(ValueError, match="not a checkpoint written by") as e:
         load_checkpoint(path)
+    assert "weights_only" not in str(e.value)  # never the unsafe advice
     with pytest.raises(ValueError, match="no file"):
         load_checkpoint(tmp_path / "missing.pt")
 
 
-# --------------------------------------------------------------- sampling
+# -------------------------------------------------- interrupts and resume
 
-def test_sampler_limits():
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_is_deferred_and_reported_truthfully(tmp_path, sig):
+    path = tmp_path / "ck.pt"
+    before = signal.getsignal(sig)
+    _, ref = run(seed=2)
+
+    def send(step, hist):
+        if step == 5:
+            signal.raise_signal(sig)  # as `kill` or Ctrl-C would
+
+    with pytest.raises(TrainingInterrupted) as stop:
+        run(seed=2, path=path, callback=send)
+    assert (stop.value.step, stop.value.saved_step) == (5, 5)
+    assert stop.value.signum == sig
+    assert load_checkpoint(path)["history"]["train_loss"] == \
+        ref["train_loss"][:5]
+    assert signal.getsignal(sig) is before
+
+
+def test_an_interrupt_mid_step_saves_nothing_and_says_so(tmp_path):
+    """A second Ctrl-C lands inside a step: the half-done step is not
+    saved; the exception says which step the file still holds."""
+    path = tmp_path / "ck.pt"
     model = init_model(small_config(), 0)
-    ids = torch.tensor([[1, 2, 3]])  # (1, 3)
-    g = torch.Generator().manual_seed(0)
-    greedy = sample_ids(model, ids, 10, temperature=0)
-    assert greedy.shape == (1, 13) and torch.equal(greedy[:, :3], ids)
-    assert torch.equal(sample_ids(model, ids, 10, top_k=1, generator=g),
-                       greedy)
-    assert torch.equal(sample_ids(model, ids, 10, top_p=1e-6, generator=g),
-                       greedy)
-    # longer than block_size: the window slides
-    assert sample_ids(model, ids, 20, generator=g).shape == (1, 23)
-    with pytest.raises(ValueError, match="^temperature:"):
-        sample_ids(model, ids, 1, temperature=-1)
-    with pytest.raises(ValueError, match="^top_p:"):
-        sample_ids(model, ids, 1, top_p=0)
+    forward, calls = model.forward, []
+
+    def forward_then_interrupt(*args, **kw):
+        if model.training:
+            calls.append(1)
+            if len(calls) == 6:  # inside step 6, after 5 whole steps
+                raise KeyboardInterrupt
+        return forward(*args, **kw)
+
+    model.forward = forward_then_interrupt
+    tr, va = streams()
+    with pytest.raises(TrainingInterrupted) as stop:
+        train(model, tr, va, quick_cfg(checkpoint_interval=3), path)
+    assert (stop.value.step, stop.value.saved_step) == (5, 3)
+    assert load_checkpoint(path)["step"] == 3
+    # interrupted before any checkpoint: nothing written at all
+    other = tmp_path / "none.pt"
+    model, calls[:] = init_model(small_config(), 0), []
+    forward = model.forward
+    model.forward = forward_then_interrupt
+    with pytest.raises(TrainingInterrupted) as stop:
+        train(model, tr, va, quick_cfg(checkpoint_interval=0), other)
+    assert stop.value.saved_step is None and not other.exists()
+
+
+def test_an_interrupt_before_the_first_step_writes_nothing(tmp_path,
+                                                           monkeypatch):
+    import transformer.training as tr_mod
+    path = tmp_path / "ck.pt"
+
+    def interrupted(*args, **kw):
+        raise KeyboardInterrupt  # during the step-0 evaluation
+
+    monkeypatch.setattr(tr_mod, "evaluate", interrupted)
+    with pytest.raises(TrainingInterrupted) as stop:
+        run(path=path)
+    assert (stop.value.step, stop.value.saved_step) == (0, None)
+    assert not path.exists()
+
+
+def test_resume_extends_a_finished_run_with_more_steps(tmp_path):
+    path = tmp_path / "ck.pt"
+    run(seed=0, path=path, steps=8)
+    tr, va = streams()
+    model = init_model(small_config(), 5)
+    hist = train(model, tr, va, quick_cfg(steps=12), path, resume=True)
+    assert hist["resumed_from"] == 8 and hist["steps"] == 12
+    assert len(hist["train_loss"]) == 12
+    with pytest.raises(ValueError, match="^steps: expected >= the "):
+        train(init_model(small_config(), 0), tr, va, quick_cfg(steps=4),
+              path, resume=True)
+
+
+def test_default_checkpoint_interval_bounds_a_hard_kill():
+    assert 1 <= TrainConfig().checkpoint_interval <= 100
+
+
+def test_stale_temporaries_are_removed(tmp_path):
+    path = tmp_path / "run[1].pt"  # glob characters in the name
+    stale = [tmp_path / "run[1].pt.abc123.tmp", tmp_path / "run[1].pt.x.tmp"]
+    keep = [tmp_path / "other.pt.abc.tmp", tmp_path / "run[1].pt"]
+    for f in stale + keep:
+        f.write_bytes(b"x")
+    assert remove_stale_temporaries(path) == sorted(stale)
+    assert all(not f.exists() for f in stale)
+    assert all(f.exists() for f in keep)
+
+
+# ------------------------------------------------------------ your own text
+
+def test_read_text_refuses_what_it_cannot_train_on(tmp_path):
+    good = tmp_path / "a.txt"
+    good.write_text("hello\n", encoding="utf-8")
+    assert read_text(good) == ("hello\n", [good])
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    (folder / "b.txt").write_text("second", encoding="utf-8")
+    (folder / "a.txt").write_text("first", encoding="utf-8")
+    (folder / "skip.md").write_text("not read", encoding="utf-8")
+    text, files = read_text(folder)
+    assert text == "first\n\nsecond" and [f.name for f in files] == [
+        "a.txt", "b.txt"]
+    cases = {"empty.txt": (b"  \n", "is empty"),
+             "bin.txt": (b"abc\x00def", "NUL byte at byte offset 3"),
+             "latin.txt": (b"caf\xe9 au lait", "not UTF-8 text"
+                           " (invalid continuation byte at byte offset 3)")}
+    for name, (data, message) in cases.items():
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(ValueError, match=re.escape(message)) as err:
+            read_text(tmp_path / name)
+        assert name in str(err.value)
+    with pytest.raises(ValueError, match="no file or folder"):
+        read_text(tmp_path / "missing.txt")
+    (tmp_path / "none").mkdir()
+    with pytest.raises(ValueError, match="holds no .txt files"):
+        read_text(tmp_path / "none")
+
+
+def test_text_stream_splits_trains_on_the_training_part_and_caches(tmp_path):
+    text = "".join(f"line {i % 37} of a tiny poem\n" for i in range(400))
+    tok, train_ids, val_ids = text_stream(text, 300, tmp_path)
+    cut = len(text) - round(len(text) * 0.1)
+    assert tok.decode(train_ids.tolist()) == text[:cut]
+    assert tok.decode(val_ids.tolist()) == text[cut:]
+    cached = list((tmp_path / "tokenizers").iterdir())
+    assert len(cached) == 1
+    again = text_stream(text, 300, tmp_path)
+    assert torch.equal(again[1], train_ids)
+    assert list((tmp_path / "tokenizers").iterdir()) == cached
+    text_stream(text + "more", 300, tmp_path)  # other text: other key
+    assert len(list((tmp_path / "tokenizers").iterdir())) == 2
+    with pytest.raises(ValueError, match="^vocab_size: expected an int >"):
+        text_stream(text, 10, tmp_path)
+
+
+def test_evaluate_text_is_loss_perplexity_and_bits_per_byte(tmp_path):
+    text = "".join(f"{i % 11} and {i % 7}\n" for i in range(300))
+    tok, train_ids, val_ids = text_stream(text, 280, tmp_path)
+    model = init_model(small_config(vocab_size=280), 0)
+    r = evaluate_text(model, tok, val_ids, batch_size=4)
+    assert r["loss"] == evaluate(model, val_ids, 16, 4, None)
+    assert r["perplexity"] == pytest.approx(math.exp(r["loss"]), rel=1e-12)
+    n = (len(val_ids) - 1) // 16 * 16
+    n_bytes = len(tok.decode_bytes(val_ids[1:n + 1].tolist()))
+    assert (r["tokens"], r["bytes"]) == (n, n_bytes)
+    assert r["bits_per_byte"] == pytest.approx(
+        r["loss"] * n / math.log(2) / n_bytes, rel=1e-12)
+
+
+# ------------------------------------------------------------ checkpoints+
+
+def test_a_config_that_does_not_describe_the_weights_is_refused(tmp_path):
+    import time
+    model = init_model(small_config(), 0)
+    state = model.state_dict()
+    check_weights_fit(model.config, state)  # the real pair fits
+    for change, word in ((dict(n_layer=10**6), "n_layer"),
+                         (dict(vocab_size=10**12), "differ"),
+                         (dict(n_embd=32), "differ")):
+        cfg = dataclasses.replace(model.config, **change)
+        t0 = time.perf_counter()
+        with pytest.raises(ValueError, match=word):
+            check_weights_fit(cfg, state)
+        assert time.perf_counter() - t0 < 5  # refused, not allocated
+    # the same through a file whose digest is intact
+    from transformer.training import _digest
+    path = save_checkpoint(tmp_path / "m.pt", model, step=1)
+    ckpt = torch.load(path, weights_only=True)
+    ckpt["model_config"]["n_layer"] = 10**6
+    ckpt.pop("digest")
+    ckpt["digest"] = _digest(ckpt)
+    torch.save(ckpt, path)
+    with pytest.raises(ValueError, match="n_layer = 1000000"):
+        model_from_checkpoint(path)

@@ -9,10 +9,14 @@ __all__ = [
     "parse_value",
     "parse_overrides",
     "train_parser",
+    "eval_parser",
     "sample_parser",
     "cost_parser",
     "experiment_parser",
+    "parse_device",
+    "check_output_path",
     "run_train",
+    "run_eval",
     "run_sample",
     "run_cost",
     "run_experiments",
@@ -204,36 +208,89 @@ def _fields_epilog() -> str:
     return "\n".join(lines)
 
 
+def _device_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", default="cpu",
+                   help="where the model runs: cpu, cuda, cuda:N or mps "
+                        "(where present)")
+
+
 def train_parser() -> _Parser:
     presets = sorted(source_constant("training", "PRESETS"))
-    p = _parser("train", "Train a GPT on the book's corpus from a named "
-                "preset (chapter 'Training').", _fields_epilog())
-    p.add_argument("--preset", default="tiny", choices=presets,
-                   help="named model and training configuration")
+    p = _parser("train", "Train a GPT from a named preset, on the book's "
+                "corpus or on your own text (chapter 'Training'). A "
+                "checkpoint is written every checkpoint_interval steps, at "
+                "the end, and on Ctrl-C or SIGTERM.", _fields_epilog())
+    p.add_argument("--preset", default=None, choices=presets,
+                   help="named model and training configuration (default: "
+                        "tiny; a resumed run takes its configuration from "
+                        "the checkpoint)")
     p.add_argument("--set", action="append", default=[],
                    metavar="FIELD=VALUE", dest="overrides",
                    help="override any field listed below; repeatable "
-                        "(e.g. --set steps=100 --set n_layer=2)")
+                        "(e.g. --set steps=100 --set n_layer=2). With "
+                        "--resume only steps (to extend a run; the "
+                        "cosine schedule stretches to the new end), "
+                        "eval_interval, eval_batches and "
+                        "checkpoint_interval may change")
+    p.add_argument("--data", default=None, metavar="PATH",
+                   help="a UTF-8 text file, or a folder of .txt files, to "
+                        "train on instead of the book's corpus; its last "
+                        "tenth is held out")
+    p.add_argument("--vocab-size", type=_int_at_least(257), default=None,
+                   metavar="V",
+                   help="tokenizer and model vocabulary (default: the "
+                        "preset's, 1024 for tiny); the same as --set "
+                        "vocab_size=V")
     p.add_argument("--checkpoint", default=None, metavar="PATH",
                    help="checkpoint file (default: checkpoints/PRESET.pt)")
-    p.add_argument("--resume", action="store_true",
-                   help="continue from --checkpoint if it exists")
+    again = p.add_mutually_exclusive_group()
+    again.add_argument("--resume", action="store_true",
+                       help="continue the run in --checkpoint (with the "
+                            "configuration stored in it); start a new run "
+                            "if there is no file yet")
+    again.add_argument("--force", action="store_true",
+                       help="start a new run even if --checkpoint exists, "
+                            "replacing it")
     p.add_argument("--log", default=None, metavar="PATH",
                    help="also write the loss history to PATH as JSON")
     p.add_argument("--no-progress", action="store_true",
                    help="no progress bar")
     _threads(p)
+    _device_option(p)
+    return p
+
+
+def eval_parser() -> _Parser:
+    p = _parser("eval", "Held-out loss, perplexity and bits per byte of "
+                "a checkpoint, on the text it was trained on or on any "
+                "other (chapter 'Training', section 'Your own text').")
+    p.add_argument("--checkpoint", required=True, metavar="PATH",
+                   help="a checkpoint written by train")
+    p.add_argument("--data", default=None, metavar="PATH",
+                   help="a UTF-8 text file or a folder of .txt files "
+                        "(default: the text the checkpoint was trained on)")
+    p.add_argument("--split", choices=("val", "all"), default="val",
+                   help="'val': the last tenth, the part train holds out; "
+                        "'all': the whole text (for a text never trained "
+                        "on)")
+    p.add_argument("--batch-size", type=_int_at_least(1), default=16,
+                   metavar="B", help="windows per forward pass")
+    _threads(p)
+    _device_option(p)
     return p
 
 
 def sample_parser() -> _Parser:
     p = _parser("sample", "Sample text from a checkpoint written by "
-                "train (chapters 'Sampling' and 'The KV cache').")
+                "train, printing each token as it is drawn (chapters "
+                "'Sampling' and 'The KV cache'). Ctrl-C stops it and keeps "
+                "what was printed.")
     p.add_argument("--checkpoint", required=True, metavar="PATH",
                    help="a checkpoint written by train")
     p.add_argument("--prompt", default="\n", help="text to continue")
     p.add_argument("--max-new-tokens", type=_int_at_least(0), default=200,
-                   metavar="N", help="tokens to generate")
+                   metavar="N", help="tokens to generate (the window "
+                                     "slides once the context is full)")
     p.add_argument("--temperature", type=float, default=1.0, metavar="T",
                    help="divides the logits; 0 is greedy")
     p.add_argument("--top-k", type=_int_at_least(1), default=None,
@@ -245,6 +302,7 @@ def sample_parser() -> _Parser:
     p.add_argument("--seed", type=_int_at_least(0), default=0,
                    metavar="N", help="seed of the sampling generator")
     _threads(p)
+    _device_option(p)
     return p
 
 
@@ -282,11 +340,13 @@ def experiment_parser() -> _Parser:
                 "experiments (chapter 'Ablations'): each run is a JSON "
                 "record; a run whose record exists is skipped.")
     p.add_argument("id", nargs="?", default=None,
-                   help="an experiment id (see --list), or 'all'")
+                   help="an experiment id such as E4 (see --list), or "
+                        "'all'")
     p.add_argument("--list", action="store_true",
                    help="list the experiments and how many runs exist")
     p.add_argument("--smoke", action="store_true",
-                   help="a seconds-long version of each (for tests)")
+                   help="a seconds-long version of each (for tests); its "
+                        "records live apart, under ROOT/smoke")
     p.add_argument("--root", type=Path, default=None, metavar="DIR",
                    help="results folder (default: results/experiments "
                         "of the checkout)")
@@ -299,61 +359,315 @@ def _set_threads(n: int | None) -> None:
         torch.set_num_threads(n)
 
 
-def run_train(args) -> int:
-    """`python -m transformer train`. Section "The commands"."""
-    from transformer.baseline import token_stream
-    from transformer.training import configs_from, init_model, train
-    _set_threads(args.threads)
-    model_cfg, train_cfg = configs_from(args.preset,
-                                        parse_overrides(args.overrides))
-    path = Path(args.checkpoint or f"checkpoints/{args.preset}.pt")
-    tokenizer, train_ids, val_ids = token_stream(model_cfg.vocab_size)
-    model = init_model(model_cfg, train_cfg.seed)
-    print(f"preset {args.preset}: {model.n_params():,} parameters, "
-          f"{train_cfg.steps} steps of {train_cfg.batch_size} x "
-          f"{train_cfg.seq_len or model_cfg.block_size} tokens; "
-          f"checkpoint {path}", file=sys.stderr)
+def parse_device(name: str):
+    """A torch.device that exists on this machine; ValueError otherwise.
+    Section "Checks before any work"."""
+    import torch
     try:
-        hist = train(model, train_ids, val_ids, train_cfg, path,
-                     resume=args.resume, progress=not args.no_progress,
-                     tokenizer=tokenizer)
-    except KeyboardInterrupt:
-        print(f"interrupted; checkpoint saved to {path} (continue with "
-              f"--resume)", file=sys.stderr)
-        return 130
-    if args.log:
-        import json
-        Path(args.log).write_text(json.dumps(hist, indent=1) + "\n")
-    print(f"step {hist['steps']}: train loss {hist['train_loss'][-1]:.4f}, "
-          f"val loss {hist['val_loss'][-1]:.4f} nats/token, "
+        device = torch.device(name)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"--device: expected cpu, cuda, cuda:N or mps, "
+                         f"got {name!r}") from None
+    present = {"cpu": True, "cuda": torch.cuda.is_available(),
+               "mps": torch.backends.mps.is_available()}
+    if device.type not in present:
+        raise ValueError(f"--device: expected cpu, cuda, cuda:N or mps, "
+                         f"got {name!r}")
+    if not present[device.type]:
+        raise ValueError(f"--device: {device.type} is not available on "
+                         f"this machine")
+    if device.type == "cuda" and (device.index or 0) >= \
+            torch.cuda.device_count():
+        raise ValueError(f"--device: {name} does not exist (this machine "
+                         f"has {torch.cuda.device_count()} CUDA devices)")
+    return device
+
+
+def check_output_path(path, option: str) -> Path:
+    """ValueError unless a file can be written at `path`: not a folder,
+    and the nearest folder that exists above it accepts a test file
+    (written and removed at once). Creates nothing. Section "Checks
+    before any work"."""
+    import os
+    import tempfile
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{option}: {str(path)!r} is a folder; expected "
+                         f"a file name")
+    parent = path.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ValueError(f"{option}: cannot create {str(path)!r}: "
+                         f"{str(parent)!r} is a file, not a folder")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".write-test-", dir=parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise ValueError(f"{option}: cannot write into {str(parent)!r} "
+                         f"({err.strerror})") from None
+    return path
+
+
+def _text_label(data: dict) -> str:
+    if data.get("kind") == "text":
+        return repr(data["path"])
+    return "the book's corpus"
+
+
+def _training_data(data_arg, vocab_size: int, ckpt: dict | None):
+    """(tokenizer, train_ids, val_ids, description) of the training text.
+    A resumed run re-encodes the same text with its own tokenizer."""
+    import hashlib
+
+    import torch
+    from transformer.baseline import token_stream
+    from transformer.data import train_val_split
+    from transformer.training import (_tokenizer_from_text, read_text,
+                                      text_stream)
+    recorded = (ckpt or {}).get("data") or {"kind": "corpus"}
+    if ckpt is not None and recorded["kind"] == "corpus":
+        if data_arg is not None:
+            raise ValueError("--data: the checkpoint was trained on the "
+                             "book's corpus; resume it without --data")
+        tokenizer, train_ids, val_ids = token_stream(vocab_size)
+        return tokenizer, train_ids, val_ids, recorded
+    if ckpt is None and data_arg is None:
+        tokenizer, train_ids, val_ids = token_stream(vocab_size)
+        return tokenizer, train_ids, val_ids, {"kind": "corpus"}
+    path = Path(data_arg if data_arg is not None else recorded["path"])
+    text, files = read_text(path)
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass"))
+    described = {"kind": "text", "path": str(path.absolute()),
+                 "sha256": digest.hexdigest(), "files": len(files)}
+    if ckpt is None:
+        tokenizer, train_ids, val_ids = text_stream(text, vocab_size)
+        return tokenizer, train_ids, val_ids, described
+    if described["sha256"] != recorded.get("sha256"):
+        raise ValueError(f"--data: {str(path)!r} is not the text the "
+                         f"checkpoint was trained on (its SHA-256 "
+                         f"differs); resuming needs the same text")
+    tokenizer = _tokenizer_from_text(ckpt["tokenizer"])
+    train_text, val_text = train_val_split(text)
+    train_ids, val_ids = (torch.tensor(tokenizer.encode(t),
+                                       dtype=torch.int64)
+                          for t in (train_text, val_text))  # (N,), (M,)
+    return tokenizer, train_ids, val_ids, recorded
+
+
+def _resumed_configs(ckpt: dict, overrides: dict, path: Path):
+    from transformer.model import GPTConfig
+    from transformer.training import RESUMABLE_FIELDS, TrainConfig
+    fixed = sorted(set(overrides) - set(RESUMABLE_FIELDS))
+    if fixed:
+        raise ValueError(f"--set {fixed[0]}: a resumed run keeps the "
+                         f"configuration stored in its checkpoint; only "
+                         f"{', '.join(RESUMABLE_FIELDS)} may change (or "
+                         f"start a new run with --force)")
+    if not ckpt["train_config"]:
+        raise ValueError(f"--resume: {str(path)!r} holds no training "
+                         f"configuration, so it cannot be resumed")
+    train_cfg = TrainConfig(**{**ckpt["train_config"], **overrides})
+    if train_cfg.steps <= ckpt["step"]:
+        raise ValueError(f"--resume: the run in {str(path)!r} has done "
+                         f"{ckpt['step']} of {train_cfg.steps} steps; "
+                         f"extend it with --set steps=N, N > "
+                         f"{ckpt['step']}")
+    return GPTConfig(**ckpt["model_config"]), train_cfg
+
+
+def _interrupt_message(stop, path: Path) -> str:
+    import signal
+    name = signal.Signals(stop.signum).name
+    head = f"interrupted by {name} after step {stop.step}"
+    if stop.saved_step is None:
+        return (f"{head}; no checkpoint was written"
+                + (f" ({path} is as it was)" if path.exists() else ""))
+    lost = stop.step - stop.saved_step
+    return (f"{head}; {path} holds step {stop.saved_step}"
+            + (f" (the {lost} steps after it are lost)" if lost else "")
+            + "; continue with --resume")
+
+
+def _write_json(path: Path, obj) -> None:
+    import json
+    import os
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(obj, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def run_train(args) -> int:
+    """`python -m transformer train`. Section "Training"."""
+    from transformer import training as tr
+    _set_threads(args.threads)
+    device = parse_device(args.device)
+    overrides = parse_overrides(args.overrides)
+    if args.vocab_size is not None:
+        if overrides.get("vocab_size", args.vocab_size) != args.vocab_size:
+            raise ValueError("--vocab-size: differs from --set vocab_size")
+        overrides["vocab_size"] = args.vocab_size
+    path = Path(args.checkpoint or f"checkpoints/{args.preset or 'tiny'}"
+                                   f".pt")
+    check_output_path(path, "--checkpoint")
+    log = None if args.log is None else check_output_path(args.log,
+                                                          "--log")
+    if log is not None and log.absolute() == path.absolute():
+        raise ValueError("--log: the same file as --checkpoint")
+    ckpt = None
+    if path.exists() and args.resume:
+        if args.preset is not None:
+            raise ValueError("--preset: a resumed run takes its "
+                             "configuration from the checkpoint")
+        ckpt = tr.load_checkpoint(path)
+        model_cfg, train_cfg = _resumed_configs(ckpt, overrides, path)
+    elif path.exists() and not args.force:
+        raise ValueError(f"--checkpoint: {str(path)!r} exists; pass "
+                         f"--resume to continue that run, or --force to "
+                         f"start a new one and replace it")
+    else:
+        model_cfg, train_cfg = tr.configs_from(args.preset or "tiny",
+                                               overrides)
+    tokenizer, train_ids, val_ids, data = _training_data(
+        args.data, model_cfg.vocab_size, ckpt)
+    T = train_cfg.seq_len or model_cfg.block_size
+    if min(len(train_ids), len(val_ids)) <= T:
+        raise ValueError(f"--data: {_text_label(data)} gives "
+                         f"{len(train_ids)} training and {len(val_ids)} "
+                         f"held-out tokens; windows of {T} tokens need "
+                         f"more of each (a longer text, or a smaller "
+                         f"--set block_size)")
+    for stale in tr.remove_stale_temporaries(path):
+        print(f"removed {stale}, left by a write that was killed",
+              file=sys.stderr)
+    model = tr.init_model(model_cfg, train_cfg.seed).to(device)
+    what = (f"resuming {path} from step {ckpt['step']} of "
+            f"{train_cfg.steps}" if ckpt else
+            f"new run, {path}: {train_cfg.steps} steps")
+    print(f"{what}; {model.n_params():,} parameters, batches of "
+          f"{train_cfg.batch_size} x {T} tokens of {_text_label(data)}, "
+          f"on {device}", file=sys.stderr)
+    try:
+        hist = tr.train(model, train_ids, val_ids, train_cfg, path,
+                        resume=ckpt is not None,
+                        progress=not args.no_progress, tokenizer=tokenizer,
+                        data=data)
+    except tr.TrainingInterrupted as stop:
+        print(_interrupt_message(stop, path), file=sys.stderr)
+        return 128 + stop.signum
+    if log is not None:
+        _write_json(log, hist)
+    last = (f"train loss {hist['train_loss'][-1]:.4f}, "
+            if hist["train_loss"] else "no training step, ")
+    print(f"step {hist['steps']}: {last}val loss "
+          f"{hist['val_loss'][-1]:.4f} nats/token, "
           f"{hist['tokens_per_s']:,.0f} tokens/s, {hist['wall_s']:.1f} s; "
           f"saved {path}")
     return 0
 
 
-def run_sample(args) -> int:
-    """`python -m transformer sample`. Section "The commands"."""
+def _text_for_eval(data_arg, ckpt: dict) -> tuple[str, str]:
+    """(text, label) of the text to evaluate on."""
+    from transformer.data import load_corpus
+    from transformer.training import read_text
+    recorded = ckpt.get("data") or {"kind": "corpus"}
+    if data_arg is None and recorded.get("kind") == "text":
+        data_arg = recorded["path"]
+    if data_arg is None:
+        return load_corpus(), "the book's corpus"
+    return read_text(data_arg)[0], repr(str(data_arg))
+
+
+def run_eval(args) -> int:
+    """`python -m transformer eval`. Section "Evaluating and sampling"."""
     import torch
-    from transformer.training import model_from_checkpoint, sample_ids
+    from transformer.data import train_val_split
+    from transformer.training import evaluate_text, model_from_checkpoint
     _set_threads(args.threads)
-    model, tokenizer, _ = model_from_checkpoint(args.checkpoint)
+    device = parse_device(args.device)
+    model, tokenizer, ckpt = model_from_checkpoint(args.checkpoint, device)
+    if tokenizer is None:
+        raise ValueError(f"--checkpoint: {args.checkpoint!r} holds no "
+                         f"tokenizer, so no text can be encoded")
+    text, label = _text_for_eval(args.data, ckpt)
+    if args.split == "val":
+        text = train_val_split(text)[1]
+    ids = torch.tensor(tokenizer.encode(text), dtype=torch.int64)  # (N,)
+    if len(ids) < 2:
+        raise ValueError(f"--data: {label} gives {len(ids)} tokens to "
+                         f"evaluate; at least 2 are needed")
+    r = evaluate_text(model, tokenizer, ids, args.batch_size)
+    part = "last tenth" if args.split == "val" else "all"
+    print(f"{label} ({part}): {r['tokens']:,} tokens, {r['bytes']:,} "
+          f"bytes")
+    print(f"loss {r['loss']:.4f} nats/token, perplexity "
+          f"{r['perplexity']:.2f}, {r['bits_per_byte']:.4f} bits per byte")
+    return 0
+
+
+def _text_writer(stream):
+    """write(text): to `stream` at once, in its encoding, a character it
+    cannot encode as a backslash escape instead of an error."""
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    buffer = getattr(stream, "buffer", None)
+
+    def write(text: str) -> None:
+        data = text.encode(encoding, "backslashreplace")
+        if buffer is not None:
+            stream.flush()
+            buffer.write(data)
+            buffer.flush()
+        else:
+            stream.write(data.decode(encoding))
+            stream.flush()
+    return write
+
+
+def run_sample(args) -> int:
+    """`python -m transformer sample`. Section "Evaluating and
+    sampling"."""
+    import codecs
+
+    import torch
+    from transformer.kv_cache import decode_stream
+    from transformer.sampling import _check_decoding
+    from transformer.training import model_from_checkpoint
+    _set_threads(args.threads)
+    device = parse_device(args.device)
+    _check_decoding(args.temperature, args.top_k, args.top_p)
+    model, tokenizer, _ = model_from_checkpoint(args.checkpoint, device)
     if tokenizer is None:
         raise ValueError(f"--checkpoint: {args.checkpoint!r} holds no "
                          f"tokenizer, so text cannot be encoded")
     prompt = tokenizer.encode(args.prompt)
     if not prompt:
         raise ValueError("--prompt: expected at least one token")
-    ids = torch.tensor([prompt], dtype=torch.int64)  # (1, T)
-    gen = torch.Generator().manual_seed(args.seed)
-    out = sample_ids(model, ids, args.max_new_tokens, args.temperature,
-                     args.top_k, args.top_p, gen)  # (1, T + N)
-    print(tokenizer.decode(out[0].tolist()))
+    ids = torch.tensor([prompt], dtype=torch.int64, device=device)  # (1,T)
+    gen = torch.Generator(device=device).manual_seed(args.seed)
+    # the tokenizer's own error handler: exactly the text decode() gives
+    text = codecs.getincrementaldecoder("utf-8")("transformer.bpe.replace")
+    write = _text_writer(sys.stdout)
+    write(text.decode(tokenizer.decode_bytes(prompt)))
+    n = 0
+    try:
+        for nxt in decode_stream(model, ids, args.max_new_tokens,
+                                 args.temperature, args.top_k, args.top_p,
+                                 generator=gen):  # (1,) per token
+            write(text.decode(tokenizer.decode_bytes([int(nxt)])))
+            n += 1
+    except KeyboardInterrupt:
+        write(text.decode(b"", final=True) + "\n")
+        print(f"interrupted after {n} new tokens", file=sys.stderr)
+        return 130
+    write(text.decode(b"", final=True) + "\n")
     return 0
 
 
 def run_cost(args) -> int:
-    """`python -m transformer cost`: the cost table for a shape. Section
-    "The commands"; the table is derived in chapter "The cost model"."""
+    """`python -m transformer cost`: the cost table for a shape. The table
+    is derived in chapter "The cost model"."""
     from transformer.cost_model import (ModelShape, cost_table,
                                         flop_crossover_length,
                                         format_cost_table,
@@ -379,27 +693,31 @@ def run_cost(args) -> int:
 
 
 def run_experiments(args) -> int:
-    """`python -m transformer experiment`. Section "The commands"; the
-    runner is derived in chapter "Ablations"."""
+    """`python -m transformer experiment`. The runner is derived in
+    chapter "Ablations"."""
     from transformer.experiments import (EXPERIMENTS, TABLE_METRICS,
-                                         default_results_dir,
+                                         count_records, default_results_dir,
                                          run_experiment, summary_table)
-    root = args.root or default_results_dir()
+    root = Path(args.root or default_results_dir())
+    if root.exists() and not root.is_dir():
+        raise ValueError(f"--root: {str(root)!r} is a file; expected a "
+                         f"folder")
+    ordered = sorted(EXPERIMENTS, key=lambda i: int(i[1:]))  # E1, E2, ...
     if args.list or args.id is None:
-        for exp in EXPERIMENTS.values():
-            exp = exp.smoke() if args.smoke else exp
-            n = len(exp.points())
-            have = len(list((Path(root) / exp.id).glob("*.json")))
+        for i in ordered:
+            exp = EXPERIMENTS[i].smoke() if args.smoke else EXPERIMENTS[i]
+            have, n = count_records(exp, root)
             print(f"{exp.id:<4} {exp.title} ({have}/{n} runs)")
         return 0
-    ids = list(EXPERIMENTS) if args.id == "all" else [args.id]
-    for i in ids:
-        if i not in EXPERIMENTS:
-            raise ValueError(f"id: expected one of {list(EXPERIMENTS)} or "
-                             f"'all', got {i!r}")
+    wanted = args.id.upper()
+    if wanted != "ALL" and wanted not in EXPERIMENTS:
+        raise ValueError(f"experiment: unknown id {args.id!r}; expected "
+                         f"one of {', '.join(ordered)} or 'all' (see "
+                         f"--list)")
+    check_output_path(root / ".probe", "--root")
     import torch
     torch.set_num_threads(1)  # one core each: the machine is shared
-    for i in ids:
+    for i in ordered if wanted == "ALL" else [wanted]:
         exp = EXPERIMENTS[i].smoke() if args.smoke else EXPERIMENTS[i]
         print(f"{exp.id}: {exp.title}\n  prediction: {exp.prediction}\n"
               f"  falsifier: {exp.falsifier}", flush=True)
@@ -412,10 +730,12 @@ def run_experiments(args) -> int:
 
 COMMANDS = {
     # verb: (one-line help, parser, body)
-    "train": ("train a preset or configuration, with checkpoints",
+    "train": ("train a preset on the book's corpus or your own text",
               train_parser, run_train),
-    "sample": ("generate text from a checkpoint", sample_parser,
-               run_sample),
+    "eval": ("held-out loss, perplexity and bits per byte of a checkpoint",
+             eval_parser, run_eval),
+    "sample": ("generate text from a checkpoint, token by token",
+               sample_parser, run_sample),
     "cost": ("print parameters, FLOPs and memory for a model shape",
              cost_parser, run_cost),
     "experiment": ("run, resume or summarise the experiments (--list)",
@@ -434,15 +754,35 @@ def usage() -> str:
     return "\n".join(lines)
 
 
+_AFTER_INTERRUPT = {  # what an interrupt outside the work loops leaves
+    "train": " before the first step; no checkpoint was written",
+    "eval": "", "sample": "", "cost": "",
+    "experiment": "; the records of finished runs are kept (run the same "
+                  "command again to resume)",
+}
+
+
 def _one_line(err: BaseException) -> str:
     text = " ".join(str(err).split())
     return text if len(text) <= 300 else text[:297] + "..."
 
 
+class _Terminated(KeyboardInterrupt):
+    signum = 15  # SIGTERM
+
+
+def _on_sigterm(signum, frame):
+    raise _Terminated
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run `python -m transformer COMMAND ...`; return the exit code: 0
     done, 2 a usage error or a bad file (one line on stderr, never a
-    traceback). Defined in appendix "The command line"."""
+    traceback), 128 + the signal number after Ctrl-C (130) or SIGTERM
+    (143), 141 when stdout's reader has gone. Defined in appendix "The
+    command line"."""
+    import signal
+    import threading
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(usage())
@@ -457,6 +797,8 @@ def main(argv: list[str] | None = None) -> int:
         args = make_parser().parse_args(rest)
     except SystemExit as stop:  # --help (0) or a usage error (2)
         return stop.code if isinstance(stop.code, int) else 2
+    in_main = threading.current_thread() is threading.main_thread()
+    old = signal.signal(signal.SIGTERM, _on_sigterm) if in_main else None
     try:
         return int(body(args) or 0)
     except BrokenPipeError:  # `... | head`: the reader left; so do we
@@ -465,6 +807,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"python -m transformer {verb}: error: {_one_line(err)}",
               file=sys.stderr)
         return 2
+    except KeyboardInterrupt as stop:  # outside a loop that handles it
+        signum = getattr(stop, "signum", signal.SIGINT)
+        print(f"python -m transformer {verb}: interrupted by "
+              f"{signal.Signals(signum).name}{_AFTER_INTERRUPT[verb]}",
+              file=sys.stderr)
+        return 128 + signum
+    except Exception as err:
+        from transformer.data import CorpusUnavailableError
+        if not isinstance(err, CorpusUnavailableError):
+            raise  # a bug: keep the traceback
+        print(f"python -m transformer {verb}: error: "
+              f"{_one_line(str(err).splitlines()[0])}", file=sys.stderr)
+        return 2
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
 
 
 def _broken_pipe() -> int:

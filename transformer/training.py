@@ -7,9 +7,14 @@ __all__ = [
     "evaluate",
     "save_checkpoint",
     "load_checkpoint",
+    "check_weights_fit",
     "model_from_checkpoint",
+    "TrainingInterrupted",
     "train",
-    "sample_ids",
+    "read_text",
+    "text_stream",
+    "evaluate_text",
+    "remove_stale_temporaries",
     "configs_from",
     "init_model",
 ]
@@ -31,7 +36,6 @@ import torch
 from transformer.baseline import get_batch
 from transformer.model import GPT, GPTConfig
 from transformer.optim import AdamW, clip_grad_norm, lr_at
-from transformer.sampling import sample_next
 from transformer.tokenizer import BPETokenizer
 
 
@@ -49,8 +53,9 @@ class TrainConfig:
     """Every setting of a training run, checked at construction.
 
     `seq_len` None trains on windows of the model's block_size;
-    `grad_clip` 0 turns clipping off; `checkpoint_interval` 0 writes a
-    checkpoint only at the end (and on Ctrl-C). Defined in chapter
+    `grad_clip` 0 turns clipping off; a checkpoint is written every
+    `checkpoint_interval` steps (0: only at the end and on Ctrl-C or
+    SIGTERM), which bounds what a hard kill can lose. Defined in chapter
     "Training", section "Configuration"."""
     steps: int = 200
     batch_size: int = 16
@@ -65,7 +70,7 @@ class TrainConfig:
     seq_len: int | None = None
     beta1: float = 0.9
     beta2: float = 0.95
-    checkpoint_interval: int = 0
+    checkpoint_interval: int = 50
 
     def __post_init__(self):
         for name, low in (("steps", 0), ("batch_size", 1),
@@ -199,13 +204,15 @@ def _tokenizer_from_text(text: str | None):
 def save_checkpoint(path, model, optimizer=None, step: int = 0,
                     train_config: TrainConfig | None = None,
                     rng: dict | None = None, history: dict | None = None,
-                    tokenizer=None) -> Path:
+                    tokenizer=None, data: dict | None = None) -> Path:
     """Write everything needed to resume a run to `path`, atomically.
 
     The file is first written in full under a temporary name in the same
-    folder, flushed to disk, then renamed over `path` (os.replace is atomic
-    on POSIX): a crash mid-write leaves the previous checkpoint intact.
-    Defined in chapter "Training", section "Checkpoints"."""
+    folder (PATH.<random>.tmp), flushed to disk, then renamed over `path`
+    (os.replace is atomic on POSIX): a crash mid-write leaves the previous
+    checkpoint intact. `data` describes the training text (a dict of plain
+    values, kept for resuming and evaluating). Defined in chapter
+    "Training", section "Checkpoints"."""
     config = getattr(model, "config", None)
     if not isinstance(config, GPTConfig):
         raise ValueError("model: expected a model with a GPTConfig "
@@ -223,6 +230,7 @@ def save_checkpoint(path, model, optimizer=None, step: int = 0,
         "rng": rng or {},
         "history": history or {},
         "tokenizer": _tokenizer_text(tokenizer),
+        "data": dict(data or {}),
     }
     ckpt["digest"] = _digest({k: v for k, v in ckpt.items()})
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -251,9 +259,17 @@ def load_checkpoint(path) -> dict:
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # corrupted files fail in many ways
-        raise ValueError(f"checkpoint: {str(path)!r} is not a readable "
-                         f"checkpoint ({type(err).__name__}: "
-                         f"{str(err)[:200]})") from None
+        # not PyTorch's own message: it advises weights_only=False, the
+        # one switch that would let the file run code
+        import pickle
+        why = ("it holds objects other than tensors and plain containers, "
+               "which are never loaded"
+               if isinstance(err, pickle.UnpicklingError) else
+               "it is truncated or not a PyTorch file"
+               if isinstance(err, (RuntimeError, EOFError)) else
+               type(err).__name__)
+        raise ValueError(f"checkpoint: {str(path)!r} is not a checkpoint "
+                         f"written by `train` ({why})") from None
     if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
         raise ValueError(f"checkpoint: {str(path)!r} is not a "
                          f"{CHECKPOINT_FORMAT} file")
@@ -268,45 +284,86 @@ def load_checkpoint(path) -> dict:
     if _digest(ckpt) != digest:
         raise ValueError(f"checkpoint: {str(path)!r} is corrupted (its "
                          f"contents do not match the digest stored in it)")
+    ckpt.setdefault("data", {})  # files written before the key existed
     return ckpt
 
 
+def check_weights_fit(config: GPTConfig, state: dict) -> None:
+    """ValueError unless `state` (a state dict) holds exactly the tensors
+    a GPT(config) has, by name and shape; checked before any memory is
+    allocated, so a crafted config (n_layer = 10**6, a vocabulary of
+    10**12) is refused instead of exhausting memory. Defined in chapter
+    "Training", section "Checkpoints"."""
+    if not isinstance(state, dict):
+        raise ValueError("checkpoint: its model weights are not a dict")
+    if config.n_layer > len(state):  # every block holds several tensors
+        raise ValueError(f"checkpoint: model_config has n_layer = "
+                         f"{config.n_layer}, but the file holds only "
+                         f"{len(state)} tensors")
+    with torch.device("meta"):  # shapes only: nothing is allocated
+        skeleton = GPT(config)
+    want = {k: tuple(v.shape) for k, v in skeleton.state_dict().items()}
+    got = {k: tuple(v.shape) for k, v in state.items()
+           if isinstance(v, torch.Tensor)}
+    if want != got:
+        diff = sorted(k for k in set(want) | set(got)
+                      if want.get(k) != got.get(k))
+        shown = ", ".join(f"{k}: config {want.get(k)} vs file "
+                          f"{got.get(k)}" for k in diff[:3])
+        raise ValueError(f"checkpoint: model_config does not describe its "
+                         f"weights ({len(diff)} tensors differ; {shown})")
+
+
 def model_from_checkpoint(path, device="cpu"):
-    """(model, tokenizer or None, checkpoint dict) from a checkpoint file.
-    Defined in chapter "Training", section "Checkpoints"."""
+    """(model, tokenizer or None, checkpoint dict) from a checkpoint file,
+    with the model in eval mode on `device` (the file loads onto any
+    device). Defined in chapter "Training", section "Checkpoints"."""
     ckpt = load_checkpoint(path)
     try:
         config = GPTConfig(**ckpt["model_config"])
     except TypeError as err:
         raise ValueError(f"checkpoint: model_config does not fit this "
                          f"GPTConfig ({err})") from None
+    check_weights_fit(config, ckpt["model"])
     model = GPT(config)
     model.load_state_dict(ckpt["model"])
     model.to(device).eval()
     return model, _tokenizer_from_text(ckpt["tokenizer"]), ckpt
 
 
+class TrainingInterrupted(KeyboardInterrupt):
+    """Raised by `train` after Ctrl-C (SIGINT) or SIGTERM: `step` steps
+    are done; the checkpoint file holds step `saved_step` (None: this run
+    wrote none, and the file, if any, is as it was); `signum` is the
+    signal. Defined in chapter "Training", section "The training loop"."""
+
+    def __init__(self, step: int, saved_step: int | None, signum: int):
+        super().__init__(step, saved_step, signum)
+        self.step, self.saved_step, self.signum = step, saved_step, signum
+
+
 class _DeferredInterrupt:
-    """Turn the first Ctrl-C into a flag the loop reads between steps, so
-    the checkpoint it then writes holds a whole step, never half of one.
-    A second Ctrl-C interrupts at once. Only the main thread can install
-    a signal handler; elsewhere this does nothing."""
+    """Turn the first SIGINT or SIGTERM into a flag the loop reads between
+    steps, so the checkpoint it then writes holds a whole step, never half
+    of one. A second signal interrupts at once. Only the main thread can
+    install a signal handler; elsewhere this does nothing."""
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __enter__(self):
-        self.requested = False
-        self._old = None
+        self.requested, self.signum, self._old = False, None, {}
         if threading.current_thread() is threading.main_thread():
-            self._old = signal.signal(signal.SIGINT, self._handler)
+            for sig in self.SIGNALS:
+                self._old[sig] = signal.signal(sig, self._handler)
         return self
 
     def _handler(self, signum, frame):
         if self.requested:
             raise KeyboardInterrupt
-        self.requested = True
+        self.requested, self.signum = True, signum
 
     def __exit__(self, *exc):
-        if self._old is not None:
-            signal.signal(signal.SIGINT, self._old)
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
         return False
 
 
@@ -324,8 +381,10 @@ def _set_rng_state(state: dict, gen: torch.Generator) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-# fields that may change between a run and its resumption
-_RESUMABLE_FIELDS = ("eval_interval", "eval_batches", "checkpoint_interval")
+# fields that may change between a run and its resumption; `steps` may
+# grow, which extends a run (the cosine schedule stretches to the new end)
+RESUMABLE_FIELDS = ("steps", "eval_interval", "eval_batches",
+                    "checkpoint_interval")
 
 
 def _check_resume(ckpt: dict, model, cfg: TrainConfig) -> None:
@@ -338,10 +397,13 @@ def _check_resume(ckpt: dict, model, cfg: TrainConfig) -> None:
                           f"{theirs.get(k)!r}" for k in diff)
         raise ValueError(f"model: config does not match the checkpoint "
                          f"({shown})")
+    if cfg.steps < ckpt["step"]:
+        raise ValueError(f"steps: expected >= the checkpoint's step "
+                         f"{ckpt['step']}, got {cfg.steps}")
     ours = dataclasses.asdict(cfg)
     theirs = ckpt["train_config"] or {}
     diff = sorted(k for k in set(ours) | set(theirs)
-                  if k not in _RESUMABLE_FIELDS
+                  if k not in RESUMABLE_FIELDS
                   and ours.get(k) != theirs.get(k))
     if diff:
         shown = ", ".join(f"{k}: {ours.get(k)!r} vs checkpoint "
@@ -366,14 +428,14 @@ def _global_norm(params) -> torch.Tensor:
     """The global L2 norm of the gradients, without clipping."""
     grads = [p.grad.detach() for p in params if p.grad is not None]
     if not grads:
-        return torch.tensor(0.0)
+        return torch.zeros(())  # 0-dim: combines with any device
     return torch.stack([g.pow(2).sum() for g in grads]).sum().sqrt()
 
 
 def train(model: torch.nn.Module, train_ids: torch.Tensor,
           val_ids: torch.Tensor, cfg: TrainConfig, checkpoint_path=None,
           resume: bool = False, progress: bool = False, tokenizer=None,
-          callback=None) -> dict:
+          callback=None, data: dict | None = None) -> dict:
     """Train `model` in place with AdamW, warmup + cosine and clipping.
 
     Step s (0-based) draws a batch of random windows from `train_ids` with
@@ -385,11 +447,15 @@ def train(model: torch.nn.Module, train_ids: torch.Tensor,
     bit-identical from run to run (on one machine and thread count).
 
     checkpoint_path: written every cfg.checkpoint_interval steps (0: never
-    in between), at the end, and on Ctrl-C / KeyboardInterrupt, which is
-    then re-raised. resume=True continues from that file if it exists;
-    the continued run is bit-identical to an uninterrupted one.
-    callback(step, history): called after every step; raising
-    KeyboardInterrupt from it acts like Ctrl-C.
+    in between), at the end, and on Ctrl-C, SIGTERM or a KeyboardInterrupt
+    after at least one new step; TrainingInterrupted is then raised.
+    resume=True continues from that file if it exists (cfg.steps may be
+    larger than the run's, to extend it); the continued run is
+    bit-identical to an uninterrupted one. callback(step, history): called
+    after every step; raising KeyboardInterrupt from it acts like Ctrl-C.
+    tokenizer and data (a dict describing the text) are stored in the
+    checkpoint. Batches are drawn on the CPU and moved to the model's
+    device.
 
     Returns the history: "steps", "train_loss", "lr", "grad_norm" (one per
     step, from step 1 of the run), "val_steps", "val_loss", and for this
@@ -431,7 +497,7 @@ def train(model: torch.nn.Module, train_ids: torch.Tensor,
     gen = torch.Generator().manual_seed(cfg.seed)  # batches
     hist = {"train_loss": [], "lr": [], "grad_norm": [], "val_steps": [],
             "val_loss": []}
-    step, resumed_from = 0, None
+    step, resumed_from, saved_step = 0, None, None
     if resume and Path(checkpoint_path).is_file():
         ckpt = load_checkpoint(checkpoint_path)
         _check_resume(ckpt, model, cfg)
@@ -439,14 +505,18 @@ def train(model: torch.nn.Module, train_ids: torch.Tensor,
         optimizer.load_state_dict(ckpt["optimizer"])
         _set_rng_state(ckpt["rng"], gen)
         hist = {k: list(v) for k, v in ckpt["history"].items()}
-        step = resumed_from = ckpt["step"]
+        step = resumed_from = saved_step = ckpt["step"]
         if tokenizer is None:
             tokenizer = _tokenizer_from_text(ckpt["tokenizer"])
+        if data is None:
+            data = ckpt["data"]
 
     def save():
+        nonlocal saved_step
         if checkpoint_path is not None:
             save_checkpoint(checkpoint_path, model, optimizer, step, cfg,
-                            _rng_state(gen), hist, tokenizer)
+                            _rng_state(gen), hist, tokenizer, data)
+            saved_step = step
 
     def evaluate_now():
         hist["val_steps"].append(step)
@@ -454,19 +524,20 @@ def train(model: torch.nn.Module, train_ids: torch.Tensor,
                                          cfg.batch_size, cfg.eval_batches,
                                          seed=cfg.seed))
 
-    if step == 0 and not hist["val_steps"]:
-        evaluate_now()
-    model.train()
     tokens, train_s, skipped = 0, 0.0, 0
     bar = None
-    if progress:
-        from tqdm.auto import tqdm
-        bar = tqdm(total=cfg.steps, initial=step, unit="step",
-                   file=sys.stderr, dynamic_ncols=True)
     at_boundary = True
+    interrupt = _DeferredInterrupt()
     try:
-        with _DeferredInterrupt() as interrupt:
-            while step < cfg.steps:
+        with interrupt:
+            if step == 0 and not hist["val_steps"]:
+                evaluate_now()
+            model.train()
+            if progress:
+                from tqdm.auto import tqdm
+                bar = tqdm(total=cfg.steps, initial=step, unit="step",
+                           file=sys.stderr, dynamic_ncols=True)
+            while step < cfg.steps and not interrupt.requested:
                 at_boundary = False
                 t0 = time.perf_counter()
                 lr = lr_at(step, cfg.lr, cfg.warmup_steps,
@@ -504,15 +575,14 @@ def train(model: torch.nn.Module, train_ids: torch.Tensor,
                                     tok_s=f"{tokens / train_s:,.0f}")
                 if callback is not None:
                     callback(step, hist)
-                if interrupt.requested:
-                    raise KeyboardInterrupt
-    except KeyboardInterrupt:
-        if at_boundary:
-            save()
-        elif checkpoint_path is not None:
-            print(f"interrupted mid-step: {checkpoint_path} keeps the "
-                  f"last checkpoint written", file=sys.stderr)
-        raise
+            if interrupt.requested:
+                raise KeyboardInterrupt
+    except KeyboardInterrupt as err:
+        if at_boundary and step > (saved_step or 0):
+            save()  # a whole step, and one the file does not hold yet
+        signum = interrupt.signum or getattr(err, "signum", None)
+        raise TrainingInterrupted(step, saved_step,
+                                  signum or signal.SIGINT) from None
     finally:
         if bar is not None:
             bar.close()
@@ -525,47 +595,114 @@ def train(model: torch.nn.Module, train_ids: torch.Tensor,
     return hist
 
 
-@torch.no_grad()
-def sample_ids(model: torch.nn.Module, ids: torch.Tensor,
-               max_new_tokens: int, temperature: float = 1.0,
-               top_k: int | None = None, top_p: float | None = None,
-               generator: torch.Generator | None = None) -> torch.Tensor:
-    """Extend ids (B, T) by max_new_tokens sampled tokens -> (B, T + N).
+TEXT_SEPARATOR = "\n\n"  # between the files of a folder
 
-    Plain ancestral sampling with temperature (0 means greedy), top-k and
-    top-p (nucleus) truncation, recomputing the whole window at each step
-    (no cache; the inference part derives the fast way). The window is
-    the last block_size tokens. Defined in chapter "Training", section
-    "Sampling from a checkpoint"."""
-    if not (isinstance(ids, torch.Tensor) and ids.dtype == torch.int64
-            and ids.dim() == 2 and ids.shape[1] >= 1):
-        raise ValueError("ids: expected an int64 tensor (B, T) with T >= 1")
-    if not (_is_int(max_new_tokens) and max_new_tokens >= 0):
-        raise ValueError(f"max_new_tokens: expected an int >= 0, "
-                         f"got {max_new_tokens!r}")
-    if not (_is_number(temperature) and temperature >= 0):
-        raise ValueError(f"temperature: expected a number >= 0, "
-                         f"got {temperature!r}")
-    if top_k is not None and not (_is_int(top_k) and top_k >= 1):
-        raise ValueError(f"top_k: expected None or an int >= 1, "
-                         f"got {top_k!r}")
-    if top_p is not None and not (_is_number(top_p) and 0 < top_p <= 1):
-        raise ValueError(f"top_p: expected None or a number in (0, 1], "
-                         f"got {top_p!r}")
-    block = model.config.block_size
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    ids = ids.to(device)
-    try:
-        for _ in range(max_new_tokens):
-            logits, _ = model(ids[:, -block:])  # (B, T', V)
-            nxt = sample_next(logits[:, -1, :].float(), temperature, top_k,
-                              top_p, generator)  # (B,)
-            ids = torch.cat([ids, nxt[:, None]], dim=1)  # (B, T + 1)
-    finally:
-        model.train(was_training)
-    return ids
+
+def read_text(path) -> tuple[str, list[Path]]:
+    """(text, files): the UTF-8 file at `path`, or every .txt file in the
+    folder `path` (sorted by name, joined by a blank line). ValueError,
+    naming the file, if one is missing, empty, binary (a NUL byte) or not
+    UTF-8 (with the byte offset). Defined in chapter "Training", section
+    "Your own text"."""
+    path = Path(path)
+    if path.is_dir():
+        files = sorted(p for p in path.glob("*.txt") if p.is_file())
+        if not files:
+            raise ValueError(f"data: the folder {str(path)!r} holds no "
+                             f".txt files")
+    elif path.is_file():
+        files = [path]
+    else:
+        raise ValueError(f"data: no file or folder at {str(path)!r}")
+    texts = []
+    for f in files:
+        raw = f.read_bytes()
+        if not raw.strip():
+            raise ValueError(f"data: {str(f)!r} is empty")
+        nul = raw.find(b"\0")
+        if nul >= 0:
+            raise ValueError(f"data: {str(f)!r} looks binary (a NUL byte "
+                             f"at byte offset {nul}), not like text")
+        try:
+            texts.append(raw.decode("utf-8-sig"))
+        except UnicodeDecodeError as err:
+            raise ValueError(f"data: {str(f)!r} is not UTF-8 text "
+                             f"({err.reason} at byte offset "
+                             f"{err.start})") from None
+    return TEXT_SEPARATOR.join(texts), files
+
+
+def text_stream(text: str, vocab_size: int, cache_dir=None):
+    """(tokenizer, train_ids, val_ids) for `text`: the last tenth held out
+    (data.train_val_split), a BPE tokenizer of `vocab_size` trained on the
+    rest only, both parts encoded. The tokenizer is cached in `cache_dir`
+    (default: the corpus cache) under the SHA-256 of the training text,
+    the vocabulary size and the tokenizer's code. Defined in chapter
+    "Training", section "Your own text"."""
+    import hashlib
+
+    import transformer.tokenizer as tokenizer_module
+    from transformer.data import default_cache_dir, train_val_split
+    if not isinstance(text, str) or len(text) < 2:
+        raise ValueError("text: expected a str of at least 2 characters")
+    if not _is_int(vocab_size) or vocab_size <= 256:
+        raise ValueError(f"vocab_size: expected an int > 256 (the 256 "
+                         f"byte tokens come first), got {vocab_size!r}")
+    train_text, val_text = train_val_split(text)
+    key = hashlib.sha256()
+    for part in (train_text.encode("utf-8", "surrogatepass"),
+                 str(vocab_size).encode(),
+                 Path(tokenizer_module.__file__).read_bytes()):
+        key.update(hashlib.sha256(part).digest())
+    cache = Path(cache_dir) if cache_dir else default_cache_dir()
+    path = cache / "tokenizers" / f"bpe-{vocab_size}-{key.hexdigest()[:16]}"
+    if path.is_file():
+        tok = BPETokenizer.load(path)
+    else:
+        tok = BPETokenizer.train(train_text, vocab_size)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+        tok.save(tmp)
+        os.replace(tmp, path)  # whole or absent, as checkpoints are
+    train_ids = torch.tensor(tok.encode(train_text), dtype=torch.int64)
+    val_ids = torch.tensor(tok.encode(val_text), dtype=torch.int64)
+    return tok, train_ids, val_ids  # (N,), (M,)
+
+
+def evaluate_text(model: torch.nn.Module, tokenizer, ids: torch.Tensor,
+                  batch_size: int = 16) -> dict:
+    """Held-out numbers of `model` on the token ids `ids`: "loss" (nats
+    per token, every target of consecutive block_size windows counted
+    once, as evaluate(..., None)), "perplexity" exp(loss),
+    "bits_per_byte" (the same total in bits over the UTF-8 bytes of those
+    targets), "tokens" and "bytes". Defined in chapter "Training", section
+    "Your own text"."""
+    if not (isinstance(ids, torch.Tensor) and ids.dim() == 1
+            and len(ids) >= 2):
+        raise ValueError("ids: expected a 1-D tensor of at least 2 tokens")
+    T = min(model.config.block_size, len(ids) - 1)
+    loss = evaluate(model, ids, T, batch_size, None)
+    n = (len(ids) - 1) // T  # whole windows, as evaluate counts them
+    targets = ids[1:n * T + 1].tolist()
+    n_bytes = len(tokenizer.decode_bytes(targets))
+    return {"loss": loss, "perplexity": math.exp(loss),
+            "bits_per_byte": loss * len(targets) / math.log(2) / n_bytes,
+            "tokens": len(targets), "bytes": n_bytes}
+
+
+def remove_stale_temporaries(path) -> list[Path]:
+    """Delete the PATH.<random>.tmp files that save_checkpoint leaves
+    behind when its process is killed mid-write (the checkpoint itself is
+    never damaged), and return them. Defined in chapter "Training",
+    section "Your own text"."""
+    import glob
+    path = Path(path)
+    if not path.parent.is_dir():
+        return []
+    stale = sorted(path.parent.glob(glob.escape(path.name) + ".*.tmp"))
+    for f in stale:
+        f.unlink(missing_ok=True)
+    return stale
 
 
 # name -> (GPTConfig kwargs, TrainConfig kwargs). Next to each preset, its
