@@ -464,3 +464,107 @@ def test_a_config_that_does_not_describe_the_weights_is_refused(tmp_path):
     torch.save(ckpt, path)
     with pytest.raises(ValueError, match="n_layer = 1000000"):
         model_from_checkpoint(path)
+
+
+# ---------------------------------------------------------------- devices
+# A second device on a CPU-only machine: tensors that report the device
+# "lazy" (a device type every PyTorch build knows, with no special cases
+# in nn.Module, unlike "meta") and hold their values in a CPU tensor. The
+# mode below creates them wherever code asks for that device, and fails
+# any operation that mixes one with an ordinary CPU tensor of one or more
+# dimensions: exactly what a CUDA device would refuse (0-dim CPU tensors
+# and explicit copies are allowed there too).
+
+OTHER = torch.device("lazy")
+
+
+class _OnOther(torch.Tensor):
+    @staticmethod
+    def __new__(cls, elem):
+        return torch.Tensor._make_wrapper_subclass(
+            cls, elem.shape, strides=elem.stride(), dtype=elem.dtype,
+            device=OTHER, requires_grad=elem.requires_grad)
+
+    def __init__(self, elem):
+        self.elem = elem
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        with OtherDevice():
+            return func(*args, **(kwargs or {}))
+
+
+class OtherDevice(torch.utils._python_dispatch.TorchDispatchMode):
+    MOVES = (torch.ops.aten.copy_.default, torch.ops.aten._to_copy.default)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        from torch.utils._pytree import tree_leaves, tree_map
+        kwargs = dict(kwargs or {})
+        leaves = tree_leaves((args, kwargs))
+        on_other = any(isinstance(x, _OnOther) for x in leaves)
+        strays = [x for x in leaves if isinstance(x, torch.Tensor)
+                  and not isinstance(x, _OnOther) and x.dim() > 0]
+        if on_other and strays and func not in self.MOVES:
+            raise RuntimeError(f"{func}: a tensor of shape "
+                               f"{tuple(strays[0].shape)} is on the CPU, "
+                               f"not on the model's device")
+        asked = kwargs.get("device")
+        to_other = asked is not None and torch.device(asked) == OTHER
+        if to_other:
+            kwargs["device"] = torch.device("cpu")
+        out = func(*tree_map(lambda x: x.elem if isinstance(x, _OnOther)
+                             else x, (args, kwargs))[0],
+                   **tree_map(lambda x: x.elem if isinstance(x, _OnOther)
+                              else x, kwargs))
+        if to_other or (on_other and asked is None):
+            out = tree_map(lambda x: _OnOther(x)
+                           if isinstance(x, torch.Tensor) else x, out)
+        return out
+
+
+def test_the_other_device_catches_a_tensor_made_off_the_device():
+    with OtherDevice():
+        x = torch.ones(3, device=OTHER)
+        assert x.device == OTHER and (x * 2).sum().item() == 6
+        x + torch.tensor(1.0)  # a 0-dim CPU scalar is allowed, as on CUDA
+        with pytest.raises(RuntimeError, match="not on the model's device"):
+            x + torch.arange(3)  # what torch.arange(T) without device does
+        assert x.to("cpu").device.type == "cpu"
+
+
+@pytest.mark.parametrize("kw", [
+    {}, {"pos_encoding": "rope"}, {"pos_encoding": "sinusoidal"},
+    {"pos_encoding": "none", "norm": "rmsnorm", "norm_position": "post"},
+    {"fused": False}, {"fused": False, "pos_encoding": "rope"}])
+def test_model_decode_loop_and_training_follow_the_models_device(kw,
+                                                                  tmp_path):
+    """Forward, backward, the cached decode loop past block_size, one
+    training step with its evaluations, and loading a checkpoint: every
+    tensor on the model's device, and every number as on the CPU."""
+    from transformer.kv_cache import decode_stream
+    cfg = small_config(**kw)
+    tr, va = streams()
+    prompt = torch.tensor([[1, 2, 3]])  # (1, 3)
+    cpu = init_model(cfg, 0)
+    want_tokens = torch.stack(list(decode_stream(cpu, prompt, 30,
+                                                 temperature=0)), 1)
+    want = train(cpu, tr, va, quick_cfg(steps=1, warmup_steps=0))
+    path = save_checkpoint(tmp_path / "m.pt", cpu, step=1)
+    with OtherDevice():
+        torch.manual_seed(0)
+        with torch.device(OTHER):
+            model = GPT(cfg)  # the same initial weights as init_model
+        assert {p.device for p in model.parameters()} == {OTHER}
+        tokens = torch.stack(list(decode_stream(
+            model, prompt.to(OTHER), 30, temperature=0)), 1)
+        assert tokens.device == OTHER
+        assert torch.equal(tokens.to("cpu"), want_tokens)
+        got = train(model, tr, va, quick_cfg(steps=1, warmup_steps=0))
+        assert got["train_loss"] == want["train_loss"]
+        assert got["val_loss"] == want["val_loss"]
+        loaded, _, _ = model_from_checkpoint(path, OTHER)
+        assert {p.device for p in loaded.parameters()} == {OTHER}
+        assert (loaded.lm_head.weight is loaded.wte.weight) == \
+            cfg.tie_weights
+        for a, b in zip(loaded.parameters(), cpu.parameters()):
+            assert torch.equal(a.to("cpu"), b.detach())

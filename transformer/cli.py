@@ -394,7 +394,7 @@ def check_output_path(path, option: str) -> Path:
     if path.is_dir():
         raise ValueError(f"{option}: {str(path)!r} is a folder; expected "
                          f"a file name")
-    parent = path.absolute().parent
+    parent = path.parent  # "." for a bare file name, "/" at the top
     while not parent.exists():
         parent = parent.parent
     if not parent.is_dir():

@@ -353,7 +353,8 @@ def run_point(exp: Experiment, stratum, value, seed: int, data,
     rec = {"experiment": exp.id, "variable": exp.variable, "value": value,
            "stratum_name": exp.stratum, "stratum": stratum, "seed": seed,
            "git_commit": _git_commit(), "smoke": exp.is_smoke,
-           "model_config": asdict(mc), "run_config": asdict(rc), "n_params": model.n_params(),
+           "model_config": asdict(mc), "run_config": asdict(rc),
+           "n_params": model.n_params(),
            "tokens": rc.steps * rc.batch_size * mc.block_size,
            "machine": _machine()}
     if "init_grads" in exp.extras:

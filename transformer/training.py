@@ -261,13 +261,10 @@ def load_checkpoint(path) -> dict:
     except Exception as err:  # corrupted files fail in many ways
         # not PyTorch's own message: it advises weights_only=False, the
         # one switch that would let the file run code
-        import pickle
         why = ("it holds objects other than tensors and plain containers, "
                "which are never loaded"
-               if isinstance(err, pickle.UnpicklingError) else
-               "it is truncated or not a PyTorch file"
-               if isinstance(err, (RuntimeError, EOFError)) else
-               type(err).__name__)
+               if "Weights only load failed" in str(err) else
+               "it is not a PyTorch file, or it is damaged")
         raise ValueError(f"checkpoint: {str(path)!r} is not a checkpoint "
                          f"written by `train` ({why})") from None
     if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
@@ -325,9 +322,10 @@ def model_from_checkpoint(path, device="cpu"):
         raise ValueError(f"checkpoint: model_config does not fit this "
                          f"GPTConfig ({err})") from None
     check_weights_fit(config, ckpt["model"])
-    model = GPT(config)
+    with torch.device(device):  # built where it will run, then filled
+        model = GPT(config)
     model.load_state_dict(ckpt["model"])
-    model.to(device).eval()
+    model.eval()
     return model, _tokenizer_from_text(ckpt["tokenizer"]), ckpt
 
 
