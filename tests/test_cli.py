@@ -463,12 +463,19 @@ def wait_for(predicate, proc, timeout=120):
         time.sleep(0.05)
 
 
+def interactive():
+    """In the child: SIGINT as an interactive shell leaves it (the test
+    suite itself may run with it ignored, as a background job does)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_training(ckpt, steps=100_000, *more):
     return subprocess.Popen(
         [sys.executable, "-m", "transformer", "train", *TINY,
          "--set", f"steps={steps}", "--set", "checkpoint_interval=3",
          "--set", "eval_interval=1000", "--checkpoint", str(ckpt), *more],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=interactive)
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130),
@@ -523,7 +530,8 @@ def test_ctrl_c_keeps_what_sample_printed(tmp_path, one_thread):
     proc = subprocess.Popen(
         [sys.executable, "-m", "transformer", "sample", "--checkpoint",
          str(ckpt), "--prompt", "ROMEO:", "--max-new-tokens", "10000000",
-         "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+         "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        preexec_fn=interactive)
     first = proc.stdout.read(20)  # streamed: text arrives while it runs
     assert first.startswith(b"ROMEO:")
     proc.send_signal(signal.SIGINT)

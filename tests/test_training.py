@@ -178,6 +178,22 @@ def test_resume_after_interrupt_is_bit_identical(tmp_path):
         assert torch.equal(p, q), name
 
 
+@pytest.fixture
+def signals_handled():
+    """SIGINT and SIGTERM as an interactive process gets them: the
+    training loop leaves a signal alone if the process started with it
+    ignored (a background job of a shell script ignores SIGINT), and the
+    test suite may run as one."""
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT,
+                                               signal.SIGTERM)}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    yield
+    for sig, handler in before.items():
+        signal.signal(sig, handler)
+
+
+@pytest.mark.usefixtures("signals_handled")
 def test_real_sigint_is_deferred_to_the_step_boundary(tmp_path):
     path = tmp_path / "ck.pt"
     before = signal.getsignal(signal.SIGINT)  # default, or ignored (nohup)
@@ -286,6 +302,7 @@ def test_loading_never_unpickles_arbitrary_objects(tmp_path):
 
 # -------------------------------------------------- interrupts and resume
 
+@pytest.mark.usefixtures("signals_handled")
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_is_deferred_and_reported_truthfully(tmp_path, sig):
     path = tmp_path / "ck.pt"
@@ -303,6 +320,20 @@ def test_a_signal_is_deferred_and_reported_truthfully(tmp_path, sig):
     assert load_checkpoint(path)["history"]["train_loss"] == \
         ref["train_loss"][:5]
     assert signal.getsignal(sig) is before
+
+
+def test_a_signal_ignored_at_start_stays_ignored(tmp_path):
+    """`python -m transformer train &` in a script: the shell starts the
+    job with SIGINT ignored, so Ctrl-C meant for the script does not stop
+    the job; the loop keeps it that way."""
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        _, hist = run(callback=lambda step, h: signal.raise_signal(
+            signal.SIGINT))
+        assert hist["steps"] == 12  # every signal was ignored
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def test_an_interrupt_mid_step_saves_nothing_and_says_so(tmp_path):

@@ -657,10 +657,10 @@ def run_sample(args) -> int:
                                  generator=gen):  # (1,) per token
             write(text.decode(tokenizer.decode_bytes([int(nxt)])))
             n += 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM (see main)
         write(text.decode(b"", final=True) + "\n")
         print(f"interrupted after {n} new tokens", file=sys.stderr)
-        return 130
+        return 128 + getattr(stop, "signum", 2)
     write(text.decode(b"", final=True) + "\n")
     return 0
 
@@ -797,8 +797,10 @@ def main(argv: list[str] | None = None) -> int:
         args = make_parser().parse_args(rest)
     except SystemExit as stop:  # --help (0) or a usage error (2)
         return stop.code if isinstance(stop.code, int) else 2
-    in_main = threading.current_thread() is threading.main_thread()
-    old = signal.signal(signal.SIGTERM, _on_sigterm) if in_main else None
+    old = None  # SIGTERM as Ctrl-C, unless someone else handles it
+    if (threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL):
+        old = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         return int(body(args) or 0)
     except BrokenPipeError:  # `... | head`: the reader left; so do we

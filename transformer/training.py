@@ -263,7 +263,7 @@ def load_checkpoint(path) -> dict:
         # one switch that would let the file run code
         why = ("it holds objects other than tensors and plain containers, "
                "which are never loaded"
-               if "Weights only load failed" in str(err) else
+               if "global" in str(err).lower() else
                "it is not a PyTorch file, or it is damaged")
         raise ValueError(f"checkpoint: {str(path)!r} is not a checkpoint "
                          f"written by `train` ({why})") from None
@@ -343,14 +343,18 @@ class TrainingInterrupted(KeyboardInterrupt):
 class _DeferredInterrupt:
     """Turn the first SIGINT or SIGTERM into a flag the loop reads between
     steps, so the checkpoint it then writes holds a whole step, never half
-    of one. A second signal interrupts at once. Only the main thread can
-    install a signal handler; elsewhere this does nothing."""
+    of one. A second signal interrupts at once. A signal the process was
+    started with ignored (a background job of a script ignores Ctrl-C)
+    stays ignored. Only the main thread can install a signal handler;
+    elsewhere this does nothing."""
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __enter__(self):
         self.requested, self.signum, self._old = False, None, {}
         if threading.current_thread() is threading.main_thread():
             for sig in self.SIGNALS:
+                if signal.getsignal(sig) is signal.SIG_IGN:
+                    continue  # ignored by whoever started us: keep it so
                 self._old[sig] = signal.signal(sig, self._handler)
         return self
 
