@@ -12,7 +12,7 @@ from transformer.cost_model import (GPT2_SMALL, ModelShape, activation_bytes,
                                     attention_flop_share,
                                     attention_timing_parts, cost_table,
                                     flop_crossover_length, forward_flops,
-                                    kv_cache_bytes, kv_crossover_length, main,
+                                    kv_cache_bytes, kv_crossover_length,
                                     model_shape, param_breakdown,
                                     param_count, score_matrix_bytes)
 
@@ -167,11 +167,3 @@ def test_timing_parts_compose():
     assert parts["quadratic"]().shape == (1, 4, 12, 4)
     # the linear part on the precomputed attention output is the block
     torch.testing.assert_close(parts["linear"](), out, rtol=0, atol=1e-6)
-
-
-def test_main_prints_table(capsys):
-    assert main(["--n-layer", "2", "--contexts", "16,32"]) == 0
-    out = capsys.readouterr().out
-    assert "parameters" in out and "KV cache passes the weights" in out
-    assert len([ln for ln in out.splitlines()
-                if ln.strip().startswith(("16 ", "32 "))]) == 2

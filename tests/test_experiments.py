@@ -12,9 +12,10 @@ import torch
 from transformer.baseline import token_stream
 from transformer.experiments import (EXPERIMENTS, PROBES, Experiment, Probe,
                                      RunConfig, attention_entropy,
-                                     evaluate_windows, init_grad_norms, main,
+                                     evaluate_windows, init_grad_norms,
                                      run_experiment, summary_rows,
                                      summary_table, train_run)
+from transformer.cli import main as cli
 from transformer.model import GPT, GPTConfig
 from transformer.stats import summarize
 
@@ -51,8 +52,6 @@ def test_declaration_validation():
         RunConfig(steps=10, warmup_steps=11)
     with pytest.raises(ValueError, match="steps"):
         RunConfig(steps=0)
-    with pytest.raises(ValueError, match="id"):
-        main(["E404", "--root", "/nonexistent"])
     for exp in GRIDS:  # every declared point is buildable
         for stratum, value, _ in exp.points():
             exp.configs(stratum, value)
@@ -60,12 +59,15 @@ def test_declaration_validation():
 
 def test_smoke_runs_and_resume(tmp_path, capsys):
     for exp_id in ("E4", "E6"):
-        assert main([exp_id, "--smoke", "--root", str(tmp_path)]) == 0
-    files = sorted(tmp_path.glob("*/*.json"))
+        assert cli(["experiment", exp_id, "--smoke",
+                    "--root", str(tmp_path)]) == 0
+    assert not list(tmp_path.glob("E*"))  # smoke records live apart
+    smoke = tmp_path / "smoke"
+    files = sorted(smoke.glob("*/*.json"))
     n_points = sum(len(EXPERIMENTS[i].smoke().points()) for i in ("E4", "E6"))
     assert len(files) == n_points
     stamps = {p: p.stat().st_mtime_ns for p in files}
-    main(["E4", "--smoke", "--root", str(tmp_path)])
+    cli(["experiment", "E4", "--smoke", "--root", str(tmp_path)])
     assert {p: p.stat().st_mtime_ns for p in files} == stamps
     out = capsys.readouterr().out
     assert "done, skipped" in out and "prediction:" in out
@@ -75,16 +77,55 @@ def test_smoke_runs_and_resume(tmp_path, capsys):
                     "train_loss", "grad_norm", "val_steps", "val_loss",
                     "final", "wall_s", "machine"):
             assert key in rec, key
+        assert rec["smoke"] is True
         assert rec["val_steps"][-1] == rec["run_config"]["steps"]
-    e4 = [json.loads(p.read_text()) for p in tmp_path.glob("E4/*.json")]
+    e4 = [json.loads(p.read_text()) for p in smoke.glob("E4/*.json")]
     for rec in e4:
         learned = rec["value"] == "learned"
         assert (rec["final"]["val_loss_2x"] is None) == learned
-    e6 = [json.loads(p.read_text()) for p in tmp_path.glob("E6/*.json")]
+    e6 = [json.loads(p.read_text()) for p in smoke.glob("E6/*.json")]
     for rec in e6:
         assert len(rec["init_grad_norms"]) == rec["stratum"]
-    main(["--list", "--smoke", "--root", str(tmp_path)])
+    cli(["experiment", "--list", "--smoke", "--root", str(tmp_path)])
     assert f"({len(e4)}/{len(e4)} runs)" in capsys.readouterr().out
+
+
+def test_a_record_is_reused_only_if_it_matches_the_declaration(tmp_path,
+                                                                capsys):
+    """The runner never reuses a record whose configuration or smoke flag
+    differs from what it would run; it reruns that point."""
+    from transformer.experiments import (count_records, record_matches,
+                                         records_dir)
+    exp = EXPERIMENTS["E5"].smoke()
+    run_experiment(exp, tmp_path, log=lambda s: None)
+    out = records_dir("E5", tmp_path, smoke=True)
+    files = sorted(out.glob("*.json"))
+    assert count_records(exp, tmp_path) == (len(files), len(files))
+    rec = json.loads(files[0].read_text())
+    assert record_matches(rec, exp, rec["stratum"], rec["value"])
+    real = EXPERIMENTS["E5"]
+    assert not record_matches(rec, real, rec["stratum"], rec["value"])
+    # a record from another configuration, and one from a smoke run,
+    # placed where the runner looks: both are rerun, not reused
+    changed = dict(rec, run_config={**rec["run_config"], "lr": 0.5})
+    files[0].write_text(json.dumps(changed))
+    unflagged = json.loads(files[1].read_text())
+    unflagged["smoke"] = False
+    files[1].write_text(json.dumps(unflagged))
+    assert count_records(exp, tmp_path) == (len(files) - 2, len(files))
+    log = []
+    run_experiment(exp, tmp_path, log=log.append)
+    assert sum("differs from the declaration" in m for m in log) == 2
+    assert sum("done, skipped" in m for m in log) == len(files) - 2
+    assert count_records(exp, tmp_path) == (len(files), len(files))
+    # a record written before a field existed matches if the field holds
+    # its default (the committed records predate attn_scale and fused)
+    older = json.loads(files[2].read_text())
+    del older["model_config"]["fused"]
+    assert record_matches(older, exp, older["stratum"], older["value"])
+    for exp_id, real in EXPERIMENTS.items():  # the committed records
+        assert count_records(real, ROOT) == (len(real.points()),) * 2, \
+            exp_id
 
 
 def test_token_budget_fixed():
@@ -188,18 +229,20 @@ def test_probes_smoke_resume_and_records(tmp_path, capsys):
     a second run, with the metrics their tables show."""
     from transformer.experiments import TABLE_METRICS
     for pid in PROBES:
-        assert main([pid, "--smoke", "--root", str(tmp_path)]) == 0
-    files = sorted(tmp_path.glob("*/*.json"))
+        assert cli(["experiment", pid, "--smoke",
+                    "--root", str(tmp_path)]) == 0
+    files = sorted((tmp_path / "smoke").glob("*/*.json"))
     assert len(files) == 2 * len(PROBES)
     stamps = {p: p.stat().st_mtime_ns for p in files}
-    main(["E12", "--smoke", "--root", str(tmp_path)])
+    cli(["experiment", "E12", "--smoke", "--root", str(tmp_path)])
     assert {p: p.stat().st_mtime_ns for p in files} == stamps
     for p in files:
         rec = json.loads(p.read_text())
         assert rec["smoke"] and rec["experiment"] in PROBES
         for metric in TABLE_METRICS[rec["experiment"]]:
             assert math.isfinite(rec["final"][metric]), metric
-    e12 = [json.loads(p.read_text()) for p in tmp_path.glob("E12/*.json")]
+    e12 = [json.loads(p.read_text())
+           for p in (tmp_path / "smoke").glob("E12/*.json")]
     assert all(r["final"]["max_relative_error"] == 0.0 for r in e12)
     assert isinstance(PROBES["E10"], Probe)
 

@@ -152,3 +152,53 @@ def test_zero_new_tokens_returns_prompt():
     model = tiny()
     idx = torch.arange(5)[None]  # (1, 5)
     assert torch.equal(generate(model, idx, 0), idx)
+
+
+# ------------------------------------------------------- decode_stream
+# The one decoding loop: generate collects it; `python -m transformer
+# sample` prints what it yields, and keeps going past block_size.
+
+def sliding_oracle(model, idx, n, keep_half):
+    """Greedy decoding by full recompute of a window of at most
+    block_size tokens; with keep_half, the window drops its older half
+    when it is full (the cached path's rule), else it slides by one."""
+    block = model.config.block_size
+    window, out = idx[:, -block:], []
+    with torch.no_grad():
+        for _ in range(n):
+            nxt = model(window)[0][:, -1].argmax(-1)  # (B,)
+            out.append(nxt)
+            full = window.shape[1] == block
+            window = torch.cat([window, nxt[:, None]], 1)[:, -block:]
+            if keep_half and full:
+                window = window[:, -(block // 2):]
+    return torch.stack(out, 1)  # (B, n)
+
+
+@pytest.mark.parametrize("pos_encoding", ENCODINGS)
+def test_decode_stream_slides_past_the_context(pos_encoding):
+    from transformer.kv_cache import decode_stream
+    model = tiny(pos_encoding, block_size=12)
+    idx = torch.randint(0, 61, (2, 20),
+                        generator=torch.Generator().manual_seed(4))  # > 12
+    for use_cache in (False, True):
+        got = torch.stack(list(decode_stream(
+            model, idx, 30, temperature=0, use_cache=use_cache)), 1)
+        want = sliding_oracle(model, idx, 30, keep_half=use_cache)
+        assert torch.equal(got, want), use_cache
+
+
+def test_decode_stream_yields_one_token_at_a_time():
+    from transformer.kv_cache import decode_stream
+    model = tiny()
+    idx = torch.randint(0, 61, (1, 5),
+                        generator=torch.Generator().manual_seed(5))
+    stream = decode_stream(model, idx, 40, temperature=0)
+    first = next(stream)
+    assert first.shape == (1,) and first.dtype == torch.int64
+    assert torch.is_grad_enabled()  # no_grad holds only inside the loop
+    rest = list(stream)
+    assert torch.equal(torch.stack([first, *rest], 1),
+                       generate(model, idx, 40, temperature=0)[:, 5:])
+    with pytest.raises(ValueError, match="^max_new_tokens"):
+        next(decode_stream(model, idx, -1))

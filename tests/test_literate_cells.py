@@ -20,7 +20,7 @@ MAX_LINES = 60  # of an export cell's source, its `#|` lines included
 PENDING = {
     "03_tokenizer",
     "09_training", "10_cost_model", "12_kv_cache",
-    "15_ablations",
+    "15_ablations", "95_cli",
 }
 
 # `$$ ... $$ (label)` closes a numbered equation (its line may be indented,

@@ -3,23 +3,743 @@
 from __future__ import annotations
 
 __all__ = [
+    "source_fields",
+    "source_constant",
+    "model_and_train_fields",
+    "parse_value",
+    "parse_overrides",
+    "train_parser",
+    "eval_parser",
+    "sample_parser",
+    "cost_parser",
+    "experiment_parser",
+    "parse_device",
+    "check_output_path",
+    "run_train",
+    "run_eval",
+    "run_sample",
+    "run_cost",
+    "run_experiments",
     "usage",
 ]
 
 
-import importlib
+import argparse
+import ast
+import importlib.util
 import sys
+from pathlib import Path
+
+# the package's folder, found without importing the package (and torch)
+PACKAGE = Path(importlib.util.find_spec("transformer").origin).parent
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors on one line: `PROG: error: MESSAGE (see
+    --help)`, exit code 2 (argparse itself prints the usage first)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Every option's help ends with its default (unless it has none, or
+    the help says it in words); epilogs keep their line breaks."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if (action.default is not None and action.default is not False
+                and action.default != [] and "default" not in text
+                and action.default is not argparse.SUPPRESS):
+            default = action.default
+            if isinstance(default, (list, tuple)):
+                default = ",".join(map(str, default))
+            text += f" (default: {default!r})" if isinstance(
+                default, str) else f" (default: {default})"
+        return text
+
+
+def _module_tree(module: str) -> ast.Module:
+    path = PACKAGE / f"{module}.py"
+    return ast.parse(path.read_text(encoding="utf-8"), str(path))
+
+
+def source_fields(module: str, cls: str) -> dict[str, tuple[str, str]]:
+    """{field: (type, default)} of the dataclass `cls` in
+    transformer/<module>.py, as source text read with ast (no import, no
+    torch); the default is '' for a required field. Defined in appendix
+    "The command line", section "Help without torch"."""
+    for node in _module_tree(module).body:
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            return {s.target.id: (ast.unparse(s.annotation),
+                                  "" if s.value is None
+                                  else ast.unparse(s.value))
+                    for s in node.body if isinstance(s, ast.AnnAssign)
+                    and isinstance(s.target, ast.Name)}
+    raise LookupError(f"transformer/{module}.py defines no class {cls}")
+
+
+def source_constant(module: str, name: str):
+    """The value assigned to `name` at the top of transformer/<module>.py:
+    a literal as itself; a call f(k=v, ...) or dict(...) as {k: v};
+    a dict of such as a dict of them. Section "Help without torch"."""
+    def value(node):
+        if isinstance(node, ast.Call):
+            return {k.arg: value(k.value) for k in node.keywords}
+        if isinstance(node, ast.Tuple):
+            return tuple(value(e) for e in node.elts)
+        if isinstance(node, ast.Dict):
+            return {value(k): value(v)
+                    for k, v in zip(node.keys, node.values)}
+        return ast.literal_eval(node)
+
+    for node in _module_tree(module).body:
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == name
+                for t in node.targets):
+            return value(node.value)
+    raise LookupError(f"transformer/{module}.py assigns no {name}")
+
+
+def model_and_train_fields() -> dict[str, tuple[str, str]]:
+    """Every field `--set` accepts: GPTConfig's, then TrainConfig's."""
+    return {**source_fields("model", "GPTConfig"),
+            **source_fields("training", "TrainConfig")}
+
+
+def parse_value(name: str, kind: str, text: str):
+    """`text` as the annotation `kind` says ('int', 'float', 'bool',
+    'str', each optionally '| None'); ValueError naming `name`."""
+    kind = kind.replace(" ", "")
+    low = text.strip().lower()
+    if kind.endswith("|None") and low == "none":
+        return None
+    kind = kind.removesuffix("|None")
+    try:
+        if kind == "bool":
+            if low in ("1", "true", "yes", "on"):
+                return True
+            if low in ("0", "false", "no", "off"):
+                return False
+            raise ValueError
+        if kind == "int":
+            return int(text)
+        if kind == "float":
+            return float(text)
+    except ValueError:
+        article = "an" if kind == "int" else "a"
+        raise ValueError(f"--set {name}: expected {article} {kind}, got "
+                         f"{text!r}") from None
+    return text
+
+
+def parse_overrides(items: list[str]) -> dict:
+    """['field=value', ...] -> {field: typed value}; ValueError for an
+    unknown field, a missing '=' or a value of the wrong type."""
+    known = model_and_train_fields()
+    out = {}
+    for item in items:
+        name, eq, text = item.partition("=")
+        name = name.strip()
+        if not eq or not name:
+            raise ValueError(f"--set: expected FIELD=VALUE, got {item!r}")
+        if name not in known:
+            raise ValueError(f"--set: unknown field {name!r} (`python -m "
+                             f"transformer train --help` lists them)")
+        out[name] = parse_value(name, known[name][0], text)
+    return out
+
+
+def _int_at_least(low: int):
+    def check(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected an int, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(
+                f"expected an int >= {low}, got {value}")
+        return value
+    return check
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated ints, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected positive ints, got {text!r}")
+    return values
+
+
+def _parser(verb: str, description: str, epilog: str = "") -> _Parser:
+    import textwrap
+    return _Parser(prog=f"python -m transformer {verb}",
+                   description=textwrap.fill(description, 79),
+                   epilog=epilog, formatter_class=_Formatter)
+
+
+def _threads(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--threads", type=_int_at_least(1), default=None,
+                   metavar="N",
+                   help="torch threads (default: PyTorch's choice; 1 is "
+                        "often faster on a busy machine)")
+
+
+def _fields_epilog() -> str:
+    presets = source_constant("training", "PRESETS")
+    lines = ["fields --set accepts (type = default; a preset overrides "
+             "some, shown after it):"]
+    for title, module, cls in (("model", "model", "GPTConfig"),
+                               ("training", "training", "TrainConfig")):
+        lines.append(f"  {title} ({cls}):")
+        index = 0 if cls == "GPTConfig" else 1
+        for name, (kind, default) in source_fields(module, cls).items():
+            by_preset = ", ".join(f"{p} {v[index][name]!r}"
+                                  for p, v in presets.items()
+                                  if name in v[index])
+            lines.append(f"    {name}: {kind}"
+                         + (f" = {default}" if default else "")
+                         + (f"  [{by_preset}]" if by_preset else ""))
+    return "\n".join(lines)
+
+
+def _device_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", default="cpu",
+                   help="where the model runs: cpu, cuda, cuda:N or mps "
+                        "(where present)")
+
+
+def train_parser() -> _Parser:
+    presets = sorted(source_constant("training", "PRESETS"))
+    p = _parser("train", "Train a GPT from a named preset, on the book's "
+                "corpus or on your own text (chapter 'Training'). A "
+                "checkpoint is written every checkpoint_interval steps, at "
+                "the end, and on Ctrl-C or SIGTERM.", _fields_epilog())
+    p.add_argument("--preset", default=None, choices=presets,
+                   help="named model and training configuration (default: "
+                        "tiny; a resumed run takes its configuration from "
+                        "the checkpoint)")
+    p.add_argument("--set", action="append", default=[],
+                   metavar="FIELD=VALUE", dest="overrides",
+                   help="override any field listed below; repeatable "
+                        "(e.g. --set steps=100 --set n_layer=2). With "
+                        "--resume only steps (to extend a run; the "
+                        "cosine schedule stretches to the new end), "
+                        "eval_interval, eval_batches and "
+                        "checkpoint_interval may change")
+    p.add_argument("--data", default=None, metavar="PATH",
+                   help="a UTF-8 text file, or a folder of .txt files, to "
+                        "train on instead of the book's corpus; its last "
+                        "tenth is held out")
+    p.add_argument("--vocab-size", type=_int_at_least(257), default=None,
+                   metavar="V",
+                   help="tokenizer and model vocabulary (default: the "
+                        "preset's, 1024 for tiny); the same as --set "
+                        "vocab_size=V")
+    p.add_argument("--checkpoint", default=None, metavar="PATH",
+                   help="checkpoint file (default: checkpoints/PRESET.pt)")
+    again = p.add_mutually_exclusive_group()
+    again.add_argument("--resume", action="store_true",
+                       help="continue the run in --checkpoint (with the "
+                            "configuration stored in it); start a new run "
+                            "if there is no file yet")
+    again.add_argument("--force", action="store_true",
+                       help="start a new run even if --checkpoint exists, "
+                            "replacing it")
+    p.add_argument("--log", default=None, metavar="PATH",
+                   help="also write the loss history to PATH as JSON")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar")
+    _threads(p)
+    _device_option(p)
+    return p
+
+
+def eval_parser() -> _Parser:
+    p = _parser("eval", "Held-out loss, perplexity and bits per byte of "
+                "a checkpoint, on the text it was trained on or on any "
+                "other (chapter 'Training', section 'Your own text').")
+    p.add_argument("--checkpoint", required=True, metavar="PATH",
+                   help="a checkpoint written by train")
+    p.add_argument("--data", default=None, metavar="PATH",
+                   help="a UTF-8 text file or a folder of .txt files "
+                        "(default: the text the checkpoint was trained on)")
+    p.add_argument("--split", choices=("val", "all"), default="val",
+                   help="'val': the last tenth, the part train holds out; "
+                        "'all': the whole text (for a text never trained "
+                        "on)")
+    p.add_argument("--batch-size", type=_int_at_least(1), default=16,
+                   metavar="B", help="windows per forward pass")
+    _threads(p)
+    _device_option(p)
+    return p
+
+
+def sample_parser() -> _Parser:
+    p = _parser("sample", "Sample text from a checkpoint written by "
+                "train, printing each token as it is drawn (chapters "
+                "'Sampling' and 'The KV cache'). Ctrl-C stops it and keeps "
+                "what was printed.")
+    p.add_argument("--checkpoint", required=True, metavar="PATH",
+                   help="a checkpoint written by train")
+    p.add_argument("--prompt", default="\n", help="text to continue")
+    p.add_argument("--max-new-tokens", type=_int_at_least(0), default=200,
+                   metavar="N", help="tokens to generate (the window "
+                                     "slides once the context is full)")
+    p.add_argument("--temperature", type=float, default=1.0, metavar="T",
+                   help="divides the logits; 0 is greedy")
+    p.add_argument("--top-k", type=_int_at_least(1), default=None,
+                   metavar="K",
+                   help="keep the K most likely tokens (default: all)")
+    p.add_argument("--top-p", type=float, default=None, metavar="P",
+                   help="keep the smallest set of tokens with probability "
+                        "P or more (default: all)")
+    p.add_argument("--seed", type=_int_at_least(0), default=0,
+                   metavar="N", help="seed of the sampling generator")
+    _threads(p)
+    _device_option(p)
+    return p
+
+
+def cost_parser() -> _Parser:
+    shape = source_constant("cost_model", "GPT2_SMALL")
+    p = _parser("cost", "Parameters, FLOPs and memory of a decoder-only "
+                "Transformer (chapter 'The cost model'); the defaults are "
+                "GPT-2 small.")
+    for name, sym, what in (("vocab_size", "V", "vocabulary size"),
+                            ("block_size", "T", "the model's context"),
+                            ("n_layer", "L", "layers"),
+                            ("n_head", "H", "heads"), ("n_embd", "D",
+                                                       "width")):
+        p.add_argument("--" + name.replace("_", "-"), type=_int_at_least(1),
+                       default=shape[name], metavar=sym, help=what)
+    p.add_argument("--ffn-mult", type=float, default=4.0, metavar="X",
+                   help="feed-forward width as a multiple of D")
+    p.add_argument("--no-bias", action="store_true",
+                   help="linear layers without biases")
+    p.add_argument("--untied", action="store_true",
+                   help="an output matrix separate from the embedding")
+    p.add_argument("--batch", type=_int_at_least(1), default=1,
+                   metavar="B", help="sequences")
+    p.add_argument("--bytes", type=_int_at_least(1), default=4,
+                   metavar="N", help="bytes per element (4 = float32)")
+    p.add_argument("--contexts", type=_int_list,
+                   default="128,256,512,1024,2048,4096,8192",
+                   metavar="T,T,...",
+                   help="context lengths of the table's rows")
+    return p
+
+
+def experiment_parser() -> _Parser:
+    p = _parser("experiment", "Run, resume or summarise the book's "
+                "experiments (chapter 'Ablations'): each run is a JSON "
+                "record; a run whose record exists is skipped.")
+    p.add_argument("id", nargs="?", default=None,
+                   help="an experiment id such as E4 (see --list), or "
+                        "'all'")
+    p.add_argument("--list", action="store_true",
+                   help="list the experiments and how many runs exist")
+    p.add_argument("--smoke", action="store_true",
+                   help="a seconds-long version of each (for tests); its "
+                        "records live apart, under ROOT/smoke")
+    p.add_argument("--root", type=Path, default=None, metavar="DIR",
+                   help="results folder (default: results/experiments "
+                        "of the checkout)")
+    return p
+
+
+def _set_threads(n: int | None) -> None:
+    if n is not None:
+        import torch
+        torch.set_num_threads(n)
+
+
+def parse_device(name: str):
+    """A torch.device that exists on this machine; ValueError otherwise.
+    Section "Checks before any work"."""
+    import torch
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"--device: expected cpu, cuda, cuda:N or mps, "
+                         f"got {name!r}") from None
+    present = {"cpu": True, "cuda": torch.cuda.is_available(),
+               "mps": torch.backends.mps.is_available()}
+    if device.type not in present:
+        raise ValueError(f"--device: expected cpu, cuda, cuda:N or mps, "
+                         f"got {name!r}")
+    if not present[device.type]:
+        raise ValueError(f"--device: {device.type} is not available on "
+                         f"this machine")
+    if device.type == "cuda" and (device.index or 0) >= \
+            torch.cuda.device_count():
+        raise ValueError(f"--device: {name} does not exist (this machine "
+                         f"has {torch.cuda.device_count()} CUDA devices)")
+    return device
+
+
+def check_output_path(path, option: str) -> Path:
+    """ValueError unless a file can be written at `path`: not a folder,
+    and the nearest folder that exists above it accepts a test file
+    (written and removed at once). Creates nothing. Section "Checks
+    before any work"."""
+    import os
+    import tempfile
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{option}: {str(path)!r} is a folder; expected "
+                         f"a file name")
+    parent = path.parent  # "." for a bare file name, "/" at the top
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ValueError(f"{option}: cannot create {str(path)!r}: "
+                         f"{str(parent)!r} is a file, not a folder")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".write-test-", dir=parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise ValueError(f"{option}: cannot write into {str(parent)!r} "
+                         f"({err.strerror})") from None
+    return path
+
+
+def _text_label(data: dict) -> str:
+    if data.get("kind") == "text":
+        return repr(data["path"])
+    return "the book's corpus"
+
+
+def _training_data(data_arg, vocab_size: int, ckpt: dict | None):
+    """(tokenizer, train_ids, val_ids, description) of the training text.
+    A resumed run re-encodes the same text with its own tokenizer."""
+    import hashlib
+
+    import torch
+    from transformer.baseline import token_stream
+    from transformer.data import train_val_split
+    from transformer.training import (tokenizer_from_text, read_text,
+                                      text_stream)
+    recorded = (ckpt or {}).get("data") or {"kind": "corpus"}
+    if ckpt is not None and recorded["kind"] == "corpus":
+        if data_arg is not None:
+            raise ValueError("--data: the checkpoint was trained on the "
+                             "book's corpus; resume it without --data")
+        tokenizer, train_ids, val_ids = token_stream(vocab_size)
+        return tokenizer, train_ids, val_ids, recorded
+    if ckpt is None and data_arg is None:
+        tokenizer, train_ids, val_ids = token_stream(vocab_size)
+        return tokenizer, train_ids, val_ids, {"kind": "corpus"}
+    path = Path(data_arg if data_arg is not None else recorded["path"])
+    text, files = read_text(path)
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass"))
+    described = {"kind": "text", "path": str(path.absolute()),
+                 "sha256": digest.hexdigest(), "files": len(files)}
+    if ckpt is None:
+        tokenizer, train_ids, val_ids = text_stream(text, vocab_size)
+        return tokenizer, train_ids, val_ids, described
+    if described["sha256"] != recorded.get("sha256"):
+        raise ValueError(f"--data: {str(path)!r} is not the text the "
+                         f"checkpoint was trained on (its SHA-256 "
+                         f"differs); resuming needs the same text")
+    tokenizer = tokenizer_from_text(ckpt["tokenizer"])
+    train_text, val_text = train_val_split(text)
+    train_ids, val_ids = (torch.tensor(tokenizer.encode(t),
+                                       dtype=torch.int64)
+                          for t in (train_text, val_text))  # (N,), (M,)
+    return tokenizer, train_ids, val_ids, recorded
+
+
+def _resumed_configs(ckpt: dict, overrides: dict, path: Path):
+    from transformer.model import GPTConfig
+    from transformer.training import RESUMABLE_FIELDS, TrainConfig
+    fixed = sorted(set(overrides) - set(RESUMABLE_FIELDS))
+    if fixed:
+        raise ValueError(f"--set {fixed[0]}: a resumed run keeps the "
+                         f"configuration stored in its checkpoint; only "
+                         f"{', '.join(RESUMABLE_FIELDS)} may change (or "
+                         f"start a new run with --force)")
+    if not ckpt["train_config"]:
+        raise ValueError(f"--resume: {str(path)!r} holds no training "
+                         f"configuration, so it cannot be resumed")
+    train_cfg = TrainConfig(**{**ckpt["train_config"], **overrides})
+    if train_cfg.steps <= ckpt["step"]:
+        raise ValueError(f"--resume: the run in {str(path)!r} has done "
+                         f"{ckpt['step']} of {train_cfg.steps} steps; "
+                         f"extend it with --set steps=N, N > "
+                         f"{ckpt['step']}")
+    return GPTConfig(**ckpt["model_config"]), train_cfg
+
+
+def _interrupt_message(stop, path: Path) -> str:
+    import signal
+    name = signal.Signals(stop.signum).name
+    head = f"interrupted by {name} after step {stop.step}"
+    if stop.saved_step is None:
+        return (f"{head}; no checkpoint was written"
+                + (f" ({path} is as it was)" if path.exists() else ""))
+    lost = stop.step - stop.saved_step
+    return (f"{head}; {path} holds step {stop.saved_step}"
+            + (f" (the {lost} steps after it are lost)" if lost else "")
+            + "; continue with --resume")
+
+
+def _write_json(path: Path, obj) -> None:
+    import json
+    import os
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(obj, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def run_train(args) -> int:
+    """`python -m transformer train`. Section "Training"."""
+    from transformer import training as tr
+    _set_threads(args.threads)
+    device = parse_device(args.device)
+    overrides = parse_overrides(args.overrides)
+    if args.vocab_size is not None:
+        if overrides.get("vocab_size", args.vocab_size) != args.vocab_size:
+            raise ValueError("--vocab-size: differs from --set vocab_size")
+        overrides["vocab_size"] = args.vocab_size
+    path = Path(args.checkpoint or f"checkpoints/{args.preset or 'tiny'}"
+                                   f".pt")
+    check_output_path(path, "--checkpoint")
+    log = None if args.log is None else check_output_path(args.log,
+                                                          "--log")
+    if log is not None and log.absolute() == path.absolute():
+        raise ValueError("--log: the same file as --checkpoint")
+    ckpt = None
+    if path.exists() and args.resume:
+        if args.preset is not None:
+            raise ValueError("--preset: a resumed run takes its "
+                             "configuration from the checkpoint")
+        ckpt = tr.load_checkpoint(path)
+        model_cfg, train_cfg = _resumed_configs(ckpt, overrides, path)
+    elif path.exists() and not args.force:
+        raise ValueError(f"--checkpoint: {str(path)!r} exists; pass "
+                         f"--resume to continue that run, or --force to "
+                         f"start a new one and replace it")
+    else:
+        model_cfg, train_cfg = tr.configs_from(args.preset or "tiny",
+                                               overrides)
+    tokenizer, train_ids, val_ids, data = _training_data(
+        args.data, model_cfg.vocab_size, ckpt)
+    T = train_cfg.seq_len or model_cfg.block_size
+    if min(len(train_ids), len(val_ids)) <= T:
+        raise ValueError(f"--data: {_text_label(data)} gives "
+                         f"{len(train_ids)} training and {len(val_ids)} "
+                         f"held-out tokens; windows of {T} tokens need "
+                         f"more of each (a longer text, or a smaller "
+                         f"--set block_size)")
+    for stale in tr.remove_stale_temporaries(path):
+        print(f"removed {stale}, left by a write that was killed",
+              file=sys.stderr)
+    model = tr.init_model(model_cfg, train_cfg.seed).to(device)
+    what = (f"resuming {path} from step {ckpt['step']} of "
+            f"{train_cfg.steps}" if ckpt else
+            f"new run, {path}: {train_cfg.steps} steps")
+    print(f"{what}; {model.n_params():,} parameters, batches of "
+          f"{train_cfg.batch_size} x {T} tokens of {_text_label(data)}, "
+          f"on {device}", file=sys.stderr)
+    try:
+        hist = tr.train(model, train_ids, val_ids, train_cfg, path,
+                        resume=ckpt is not None,
+                        progress=not args.no_progress, tokenizer=tokenizer,
+                        data=data)
+    except tr.TrainingInterrupted as stop:
+        print(_interrupt_message(stop, path), file=sys.stderr)
+        return 128 + stop.signum
+    if log is not None:
+        _write_json(log, hist)
+    last = (f"train loss {hist['train_loss'][-1]:.4f}, "
+            if hist["train_loss"] else "no training step, ")
+    print(f"step {hist['steps']}: {last}val loss "
+          f"{hist['val_loss'][-1]:.4f} nats/token, "
+          f"{hist['tokens_per_s']:,.0f} tokens/s, {hist['wall_s']:.1f} s; "
+          f"saved {path}")
+    return 0
+
+
+def _text_for_eval(data_arg, ckpt: dict) -> tuple[str, str]:
+    """(text, label) of the text to evaluate on."""
+    from transformer.data import load_corpus
+    from transformer.training import read_text
+    recorded = ckpt.get("data") or {"kind": "corpus"}
+    if data_arg is None and recorded.get("kind") == "text":
+        data_arg = recorded["path"]
+    if data_arg is None:
+        return load_corpus(), "the book's corpus"
+    return read_text(data_arg)[0], repr(str(data_arg))
+
+
+def run_eval(args) -> int:
+    """`python -m transformer eval`. Section "Evaluating and sampling"."""
+    import torch
+    from transformer.data import train_val_split
+    from transformer.training import evaluate_text, model_from_checkpoint
+    _set_threads(args.threads)
+    device = parse_device(args.device)
+    model, tokenizer, ckpt = model_from_checkpoint(args.checkpoint, device)
+    if tokenizer is None:
+        raise ValueError(f"--checkpoint: {args.checkpoint!r} holds no "
+                         f"tokenizer, so no text can be encoded")
+    text, label = _text_for_eval(args.data, ckpt)
+    if args.split == "val":
+        text = train_val_split(text)[1]
+    ids = torch.tensor(tokenizer.encode(text), dtype=torch.int64)  # (N,)
+    if len(ids) < 2:
+        raise ValueError(f"--data: {label} gives {len(ids)} tokens to "
+                         f"evaluate; at least 2 are needed")
+    r = evaluate_text(model, tokenizer, ids, args.batch_size)
+    part = "last tenth" if args.split == "val" else "all"
+    print(f"{label} ({part}): {r['tokens']:,} tokens, {r['bytes']:,} "
+          f"bytes")
+    print(f"loss {r['loss']:.4f} nats/token, perplexity "
+          f"{r['perplexity']:.2f}, {r['bits_per_byte']:.4f} bits per byte")
+    return 0
+
+
+def _text_writer(stream):
+    """write(text): to `stream` at once, in its encoding, a character it
+    cannot encode as a backslash escape instead of an error."""
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    buffer = getattr(stream, "buffer", None)
+
+    def write(text: str) -> None:
+        data = text.encode(encoding, "backslashreplace")
+        if buffer is not None:
+            stream.flush()
+            buffer.write(data)
+            buffer.flush()
+        else:
+            stream.write(data.decode(encoding))
+            stream.flush()
+    return write
+
+
+def run_sample(args) -> int:
+    """`python -m transformer sample`. Section "Evaluating and
+    sampling"."""
+    import codecs
+
+    import torch
+    from transformer.kv_cache import decode_stream
+    from transformer.sampling import check_decoding
+    from transformer.training import model_from_checkpoint
+    _set_threads(args.threads)
+    device = parse_device(args.device)
+    check_decoding(args.temperature, args.top_k, args.top_p)
+    model, tokenizer, _ = model_from_checkpoint(args.checkpoint, device)
+    if tokenizer is None:
+        raise ValueError(f"--checkpoint: {args.checkpoint!r} holds no "
+                         f"tokenizer, so text cannot be encoded")
+    prompt = tokenizer.encode(args.prompt)
+    if not prompt:
+        raise ValueError("--prompt: expected at least one token")
+    ids = torch.tensor([prompt], dtype=torch.int64, device=device)  # (1,T)
+    gen = torch.Generator(device=device).manual_seed(args.seed)
+    # the tokenizer's own error handler: exactly the text decode() gives
+    text = codecs.getincrementaldecoder("utf-8")("transformer.bpe.replace")
+    write = _text_writer(sys.stdout)
+    write(text.decode(tokenizer.decode_bytes(prompt)))
+    n = 0
+    try:
+        for nxt in decode_stream(model, ids, args.max_new_tokens,
+                                 args.temperature, args.top_k, args.top_p,
+                                 generator=gen):  # (1,) per token
+            write(text.decode(tokenizer.decode_bytes([int(nxt)])))
+            n += 1
+    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM (see main)
+        write(text.decode(b"", final=True) + "\n")
+        print(f"interrupted after {n} new tokens", file=sys.stderr)
+        return 128 + getattr(stop, "signum", 2)
+    write(text.decode(b"", final=True) + "\n")
+    return 0
+
+
+def run_cost(args) -> int:
+    """`python -m transformer cost`: the cost table for a shape. The table
+    is derived in chapter "The cost model"."""
+    from transformer.cost_model import (ModelShape, cost_table,
+                                        flop_crossover_length,
+                                        format_cost_table,
+                                        kv_crossover_length, param_count)
+    s = ModelShape(vocab_size=args.vocab_size, block_size=args.block_size,
+                   n_layer=args.n_layer, n_head=args.n_head,
+                   n_embd=args.n_embd, ffn_mult=args.ffn_mult,
+                   bias=not args.no_bias, tie_weights=not args.untied)
+    # everything is computed before anything is printed: an error is then
+    # the only output
+    table = format_cost_table(cost_table(s, args.contexts, args.batch,
+                                         args.bytes))
+    lines = [f"{param_count(s):,} parameters; B={args.batch}, "
+             f"{args.bytes} bytes per element", table,
+             f"quadratic FLOPs pass the rest at T = "
+             f"{flop_crossover_length(s):.0f} (layers only), "
+             f"{flop_crossover_length(s, include_head=True):.0f} "
+             f"(with head)",
+             f"KV cache passes the weights at T = "
+             f"{kv_crossover_length(s, args.batch):.0f}"]
+    print("\n".join(lines))
+    return 0
+
+
+def run_experiments(args) -> int:
+    """`python -m transformer experiment`. The runner is derived in
+    chapter "Ablations"."""
+    from transformer.experiments import (EXPERIMENTS, TABLE_METRICS,
+                                         count_records, default_results_dir,
+                                         run_experiment, summary_table)
+    root = Path(args.root or default_results_dir())
+    if root.exists() and not root.is_dir():
+        raise ValueError(f"--root: {str(root)!r} is a file; expected a "
+                         f"folder")
+    ordered = sorted(EXPERIMENTS, key=lambda i: int(i[1:]))  # E1, E2, ...
+    if args.list or args.id is None:
+        for i in ordered:
+            exp = EXPERIMENTS[i].smoke() if args.smoke else EXPERIMENTS[i]
+            have, n = count_records(exp, root)
+            print(f"{exp.id:<4} {exp.title} ({have}/{n} runs)")
+        return 0
+    wanted = args.id.upper()
+    if wanted != "ALL" and wanted not in EXPERIMENTS:
+        raise ValueError(f"experiment: unknown id {args.id!r}; expected "
+                         f"one of {', '.join(ordered)} or 'all' (see "
+                         f"--list)")
+    check_output_path(root / ".probe", "--root")
+    import torch
+    torch.set_num_threads(1)  # one core each: the machine is shared
+    for i in ordered if wanted == "ALL" else [wanted]:
+        exp = EXPERIMENTS[i].smoke() if args.smoke else EXPERIMENTS[i]
+        print(f"{exp.id}: {exp.title}\n  prediction: {exp.prediction}\n"
+              f"  falsifier: {exp.falsifier}", flush=True)
+        recs = run_experiment(exp, root,
+                              log=lambda s: print(s, flush=True))
+        print(summary_table(exp, recs, TABLE_METRICS.get(
+            exp.id, ("val_loss",))), flush=True)
+    return 0
+
 
 COMMANDS = {
-    # verb: (module, function, one-line help)
-    "train": ("transformer.training", "train_main",
-              "train a preset or configuration, with checkpoints"),
-    "sample": ("transformer.training", "sample_main",
-               "generate text from a checkpoint"),
-    "cost": ("transformer.cost_model", "main",
-             "print parameters, FLOPs and memory for a model shape"),
-    "experiment": ("transformer.experiments", "main",
-                   "run, resume or summarise the experiments (E1-E13)"),
+    # verb: (one-line help, parser, body)
+    "train": ("train a preset on the book's corpus or your own text",
+              train_parser, run_train),
+    "eval": ("held-out loss, perplexity and bits per byte of a checkpoint",
+             eval_parser, run_eval),
+    "sample": ("generate text from a checkpoint, token by token",
+               sample_parser, run_sample),
+    "cost": ("print parameters, FLOPs and memory for a model shape",
+             cost_parser, run_cost),
+    "experiment": ("run, resume or summarise the experiments (--list)",
+                   experiment_parser, run_experiments),
 }
 
 
@@ -27,16 +747,42 @@ def usage() -> str:
     width = max(map(len, COMMANDS))
     lines = ["usage: python -m transformer COMMAND [options]", "",
              "commands:"]
-    lines += [f"  {verb:<{width}}  {info[2]}"
+    lines += [f"  {verb:<{width}}  {info[0]}"
               for verb, info in COMMANDS.items()]
     lines += ["", "`python -m transformer COMMAND --help` lists the options "
                   "of one command."]
     return "\n".join(lines)
 
 
+_AFTER_INTERRUPT = {  # what an interrupt outside the work loops leaves
+    "train": " before the first step; no checkpoint was written",
+    "eval": "", "sample": "", "cost": "",
+    "experiment": "; the records of finished runs are kept (run the same "
+                  "command again to resume)",
+}
+
+
+def _one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split())
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+class _Terminated(KeyboardInterrupt):
+    signum = 15  # SIGTERM
+
+
+def _on_sigterm(signum, frame):
+    raise _Terminated
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Dispatch `python -m transformer COMMAND ...` to the chapter that
-    implements COMMAND. Defined in appendix "The command line"."""
+    """Run `python -m transformer COMMAND ...`; return the exit code: 0
+    done, 2 a usage error or a bad file (one line on stderr, never a
+    traceback), 128 + the signal number after Ctrl-C (130) or SIGTERM
+    (143), 141 when stdout's reader has gone. Defined in appendix "The
+    command line"."""
+    import signal
+    import threading
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(usage())
@@ -44,15 +790,48 @@ def main(argv: list[str] | None = None) -> int:
     verb, rest = argv[0], argv[1:]
     if verb not in COMMANDS:
         print(f"error: unknown command {verb!r}; expected one of "
-              f"{', '.join(COMMANDS)}\n\n{usage()}", file=sys.stderr)
+              f"{', '.join(COMMANDS)} (see --help)", file=sys.stderr)
         return 2
-    module_name, function, _ = COMMANDS[verb]
+    _, make_parser, body = COMMANDS[verb]
     try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as err:
-        if err.name != module_name:
-            raise
-        print(f"error: command {verb!r} needs {module_name}, which this "
-              f"installation does not have", file=sys.stderr)
+        args = make_parser().parse_args(rest)
+    except SystemExit as stop:  # --help (0) or a usage error (2)
+        return stop.code if isinstance(stop.code, int) else 2
+    old = None  # SIGTERM as Ctrl-C, unless someone else handles it
+    if (threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL):
+        old = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        return int(body(args) or 0)
+    except BrokenPipeError:  # `... | head`: the reader left; so do we
+        return _broken_pipe()
+    except (ValueError, OSError) as err:
+        print(f"python -m transformer {verb}: error: {_one_line(err)}",
+              file=sys.stderr)
         return 2
-    return int(getattr(module, function)(rest) or 0)
+    except KeyboardInterrupt as stop:  # outside a loop that handles it
+        signum = getattr(stop, "signum", signal.SIGINT)
+        print(f"python -m transformer {verb}: interrupted by "
+              f"{signal.Signals(signum).name}{_AFTER_INTERRUPT[verb]}",
+              file=sys.stderr)
+        return 128 + signum
+    except Exception as err:
+        from transformer.data import CorpusUnavailableError
+        if not isinstance(err, CorpusUnavailableError):
+            raise  # a bug: keep the traceback
+        print(f"python -m transformer {verb}: error: "
+              f"{_one_line(str(err).splitlines()[0])}", file=sys.stderr)
+        return 2
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
+
+
+def _broken_pipe() -> int:
+    """Exit quietly once stdout's reader has gone (`cost | head -3`):
+    point stdout at /dev/null so that the final flush cannot fail again,
+    and return 141, the code of a process ended by SIGPIPE."""
+    import os
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return 141

@@ -20,7 +20,6 @@ __all__ = [
 ]
 
 
-import argparse
 import math
 from dataclasses import dataclass, fields
 from typing import Callable, Sequence
@@ -239,7 +238,8 @@ def cost_table(config=None, contexts: Sequence[int] = (
         128, 256, 512, 1024, 2048, 4096, 8192), B: int = 1,
         bytes_per: int = 4, **overrides) -> list[dict]:
     """One row per context length: FLOPs, attention's share, score-matrix,
-    activation, KV-cache and weight bytes. The table `main` prints.
+    activation, KV-cache and weight bytes: the table that
+    `python -m transformer cost` prints.
 
     Derived in chapter "The cost model"."""
     s = model_shape(config, **overrides)
@@ -280,41 +280,6 @@ def format_cost_table(rows: list[dict]) -> str:
             f"{r['activation_bytes'] / 1e6:>9.1f} "
             f"{r['kv_bytes'] / 1e6:>8.1f} {r['weight_bytes'] / 1e6:>10.1f}")
     return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m transformer cost ...`: print the cost table for a shape.
-
-    Defined in chapter "The cost model", section "The command line"."""
-    p = argparse.ArgumentParser(prog="cost", description=(
-        "Parameters, FLOPs and memory of a decoder-only Transformer "
-        "(chapter 'The cost model'). Defaults: GPT-2 small."))
-    for name, kind in (("vocab_size", int), ("block_size", int),
-                       ("n_layer", int), ("n_head", int), ("n_embd", int),
-                       ("ffn_mult", float)):
-        p.add_argument("--" + name.replace("_", "-"), type=kind,
-                       default=getattr(GPT2_SMALL, name))
-    p.add_argument("--no-bias", action="store_true")
-    p.add_argument("--untied", action="store_true")
-    p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--bytes", type=int, default=4,
-                   help="bytes per element (4 = float32)")
-    p.add_argument("--contexts", default="128,256,512,1024,2048,4096,8192")
-    a = p.parse_args(argv)
-    s = ModelShape(vocab_size=a.vocab_size, block_size=a.block_size,
-                   n_layer=a.n_layer, n_head=a.n_head, n_embd=a.n_embd,
-                   ffn_mult=a.ffn_mult, bias=not a.no_bias,
-                   tie_weights=not a.untied)
-    contexts = [int(c) for c in a.contexts.split(",") if c.strip()]
-    print(f"{param_count(s):,} parameters; B={a.batch}, "
-          f"{a.bytes} bytes per element")
-    print(format_cost_table(cost_table(s, contexts, a.batch, a.bytes)))
-    print(f"quadratic FLOPs pass the rest at T = "
-          f"{flop_crossover_length(s):.0f} (layers only), "
-          f"{flop_crossover_length(s, include_head=True):.0f} (with head)")
-    print(f"KV cache passes the weights at T = "
-          f"{kv_crossover_length(s, a.batch):.0f}")
-    return 0
 
 
 def attention_timing_parts(T: int, n_embd: int, n_head: int,

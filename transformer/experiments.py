@@ -12,6 +12,9 @@ __all__ = [
     "run_point",
     "run_probe",
     "default_results_dir",
+    "records_dir",
+    "record_matches",
+    "count_records",
     "run_experiment",
     "load_runs",
     "summary_rows",
@@ -27,7 +30,6 @@ __all__ = [
 ]
 
 
-import argparse
 import json
 import math
 import os
@@ -37,7 +39,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 import torch
@@ -116,6 +118,7 @@ class Experiment:
     strata: tuple = (None,)
     extras: tuple = ()
     vocab_size: int = 1024
+    is_smoke: bool = False
 
     def __post_init__(self):
         if not re.fullmatch(r"E\d+", self.id):
@@ -180,7 +183,7 @@ class Experiment:
         elif len(strata) > 2:
             strata = strata[:2]
         return replace(self, model=m, run=r, seeds=(0, 1), strata=strata,
-                       values=values)
+                       values=values, is_smoke=True)
 
 
 def _git_commit() -> str:
@@ -349,8 +352,9 @@ def run_point(exp: Experiment, stratum, value, seed: int, data,
     model = GPT(mc)
     rec = {"experiment": exp.id, "variable": exp.variable, "value": value,
            "stratum_name": exp.stratum, "stratum": stratum, "seed": seed,
-           "git_commit": _git_commit(), "model_config": asdict(mc),
-           "run_config": asdict(rc), "n_params": model.n_params(),
+           "git_commit": _git_commit(), "smoke": exp.is_smoke,
+           "model_config": asdict(mc), "run_config": asdict(rc),
+           "n_params": model.n_params(),
            "tokens": rc.steps * rc.batch_size * mc.block_size,
            "machine": _machine()}
     if "init_grads" in exp.extras:
@@ -425,13 +429,65 @@ def default_results_dir() -> Path:
             / "experiments")
 
 
+def records_dir(exp_id: str, root: Path | None = None,
+                smoke: bool = False) -> Path:
+    """Where the records of one experiment live: root/<ID>/, and smoke
+    records apart from real ones, under root/smoke/<ID>/."""
+    root = Path(root or default_results_dir())
+    return (root / "smoke" if smoke else root) / exp_id
+
+
+def record_matches(rec: dict, exp, stratum, value) -> bool:
+    """Whether an existing record is what the runner would write for this
+    grid point now: the same smoke flag and, for a grid, the same model
+    and run configuration (compared as JSON writes them; a field newer
+    than the record matches if it holds its default). A record that
+    differs is stale: the runner reruns its point instead of reusing it.
+    """
+    if bool(rec.get("smoke", False)) != exp.is_smoke:
+        return False
+    if isinstance(exp, Probe):
+        return True
+    for key, config in zip(("model_config", "run_config"),
+                           exp.configs(stratum, value)):
+        have = rec.get(key)
+        if not isinstance(have, dict):
+            return False
+        for f in fields(config):
+            want = json.loads(json.dumps(getattr(config, f.name)))
+            if f.name in have:
+                if have[f.name] != want:
+                    return False
+            elif want != f.default:  # a field newer than the record
+                return False
+    return True
+
+
+def _read_record(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None  # unreadable: rerun the point
+
+
+def count_records(exp, root: Path | None = None) -> tuple[int, int]:
+    """(records that match the declaration, grid points) for `exp`."""
+    out = records_dir(exp.id, root, exp.is_smoke)
+    have = 0
+    for stratum, value, seed in exp.points():
+        rec = _read_record(out / _run_name(exp, stratum, value, seed))
+        have += rec is not None and record_matches(rec, exp, stratum, value)
+    return have, len(exp.points())
+
+
 def run_experiment(exp: Experiment, root: Path | None = None,
                    log=print, data=None) -> list[dict]:
-    """Run every grid point of `exp` whose JSON is not yet under
-    root/<ID>/ (finished runs are skipped, so an interrupted sweep
-    resumes), writing each record atomically, and return all records.
-    Section "The runner"."""
-    out = Path(root or default_results_dir()) / exp.id
+    """Run every grid point of `exp` that has no matching record under
+    records_dir(exp.id, root, exp.is_smoke) (finished runs are skipped,
+    so an interrupted sweep resumes; a stale record is rerun), writing
+    each record atomically, and return all records. Section "The
+    runner"."""
+    out = records_dir(exp.id, root, exp.is_smoke)
     out.mkdir(parents=True, exist_ok=True)
     points = exp.points()
     streams = {} if data is None else {exp.vocab_size: data}  # by V (E9)
@@ -442,8 +498,12 @@ def run_experiment(exp: Experiment, root: Path | None = None,
                  + (f"{exp.stratum}={stratum} " if exp.stratum else "")
                  + f"{exp.variable}={value} seed={seed}")
         if path.exists():
-            log(f"{label}: done, skipped")
-            continue
+            old = _read_record(path)
+            if old is not None and record_matches(old, exp, stratum, value):
+                log(f"{label}: done, skipped")
+                continue
+            log(f"{label}: the record differs from the declaration "
+                f"(configuration or smoke flag), rerunning")
         if isinstance(exp, Probe):
             rec = run_probe(exp, seed)
         else:
@@ -461,12 +521,14 @@ def run_experiment(exp: Experiment, root: Path | None = None,
         log(f"{label}: {headline[0]} {headline[1]:.4f} in "
             f"{rec['wall_s_total']:.1f} s; about {per_run * left / 60:.1f}"
             f" min left")
-    return load_runs(exp.id, root)
+    return load_runs(exp.id, root, exp.is_smoke)
 
 
-def load_runs(exp_id: str, root: Path | None = None) -> list[dict]:
-    """Every JSON record under root/<exp_id>/, sorted by file name."""
-    out = Path(root or default_results_dir()) / exp_id
+def load_runs(exp_id: str, root: Path | None = None,
+              smoke: bool = False) -> list[dict]:
+    """Every JSON record under records_dir(exp_id, root, smoke), sorted
+    by file name."""
+    out = records_dir(exp_id, root, smoke)
     return [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
 
 
@@ -517,43 +579,6 @@ def summary_table(exp: Experiment, records: list[dict],
                          f"{s.hi:.{digits}f}]")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m transformer experiment ID|all [--smoke] [--root DIR]`, or
-    `--list`: run experiments (resuming), then print their summary tables.
-    Section "Running it"."""
-    p = argparse.ArgumentParser(prog="python -m transformer experiment")
-    p.add_argument("id", nargs="?", help="an experiment id, or 'all'")
-    p.add_argument("--list", action="store_true", help="list experiments")
-    p.add_argument("--smoke", action="store_true",
-                   help="tiny version of each (seconds; for CI)")
-    p.add_argument("--root", type=Path, default=None,
-                   help="results folder (default results/experiments)")
-    args = p.parse_args(argv)
-    root = args.root or default_results_dir()
-    if args.list or args.id is None:
-        for exp in EXPERIMENTS.values():
-            exp = exp.smoke() if args.smoke else exp
-            n = len(exp.points())
-            have = len(list((Path(root) / exp.id).glob("*.json")))
-            print(f"{exp.id:<4} {exp.title} ({have}/{n} runs)")
-        return 0
-    ids = list(EXPERIMENTS) if args.id == "all" else [args.id]
-    for i in ids:
-        if i not in EXPERIMENTS:
-            raise ValueError(f"id: expected one of {list(EXPERIMENTS)} or "
-                             f"'all', got {i!r}")
-    torch.set_num_threads(1)  # one core each: the machine is shared
-    for i in ids:
-        exp = EXPERIMENTS[i].smoke() if args.smoke else EXPERIMENTS[i]
-        print(f"{exp.id}: {exp.title}\n  prediction: {exp.prediction}\n"
-              f"  falsifier: {exp.falsifier}", flush=True)
-        recs = run_experiment(exp, root,
-                              log=lambda s: print(s, flush=True))
-        print(summary_table(exp, recs, TABLE_METRICS.get(
-            exp.id, ("val_loss",))), flush=True)
-    return 0
 
 
 _SMALL = {"n_embd": 64, "n_head": 4, "n_layer": 2, "block_size": 64}

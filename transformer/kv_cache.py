@@ -6,6 +6,7 @@ __all__ = [
     "KVCache",
     "make_caches",
     "generate",
+    "decode_stream",
 ]
 
 
@@ -108,17 +109,59 @@ def generate(model, idx: torch.Tensor, max_new_tokens: int,
         raise ValueError(f"use_cache: expected a bool, got {use_cache!r}")
     out = idx.new_empty(B, T0 + max_new_tokens)  # (B, T0 + N)
     out[:, :T0] = idx
-    with torch.no_grad():
-        if use_cache:
-            caches = make_caches(model, B, T0 + max_new_tokens)
-            logits, _ = model(idx, caches=caches)  # (B, T0, V), prefill
-        for t in range(T0, T0 + max_new_tokens):
-            if not use_cache:
-                logits, _ = model(out[:, :t])  # (B, t, V), full recompute
-            nxt = sample_next(logits[:, -1], temperature, top_k, top_p,
-                              generator)  # (B,)
-            out[:, t] = nxt
-            if use_cache and t + 1 < T0 + max_new_tokens:
-                logits, _ = model(out[:, t:t + 1], start_pos=t,
-                                  caches=caches)  # (B, 1, V)
+    for t, nxt in enumerate(decode_stream(
+            model, idx, max_new_tokens, temperature, top_k, top_p,
+            use_cache, generator), start=T0):
+        out[:, t] = nxt  # (B,)
     return out
+
+
+@torch.no_grad()  # on a generator: grad mode is off only while it runs
+def decode_stream(model, idx: torch.Tensor, max_new_tokens: int,
+                  temperature: float = 1.0, top_k: int | None = None,
+                  top_p: float | None = None, use_cache: bool = True,
+                  generator: torch.Generator | None = None):
+    """The decoding loop, as a Python generator: yields each new token,
+    (B,) int64, as soon as it is drawn, so a caller can print it or stop.
+    `generate` collects it. The context is the last block_size tokens:
+    without the cache each step reruns that window; with it, once the
+    cache is full, the older half of the window is dropped and the rest
+    re-run as a fresh prompt (one prefill per block_size // 2 tokens, and
+    every token sees between half a window and a whole one). Until the
+    window fills, both paths draw the same tokens. Section "The code"."""
+    cfg = model.config
+    if not isinstance(idx, torch.Tensor) or idx.dtype != torch.int64 \
+            or idx.dim() != 2 or idx.shape[1] < 1:
+        raise ValueError("idx: expected an int64 tensor of shape (B, T0) "
+                         "with T0 >= 1")
+    if isinstance(max_new_tokens, bool) or not isinstance(
+            max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens: expected an int >= 0, "
+                         f"got {max_new_tokens!r}")
+    check_decoding(temperature, top_k, top_p)
+    if not isinstance(use_cache, bool):
+        raise ValueError(f"use_cache: expected a bool, got {use_cache!r}")
+    block, B = cfg.block_size, idx.shape[0]
+    window = idx[:, -block:]  # (B, W), W <= block_size
+    if use_cache:
+        caches = make_caches(model, B, block)
+        logits, _ = model(window, caches=caches)  # (B, W, V), prefill
+    for i in range(max_new_tokens):
+        if not use_cache:
+            logits, _ = model(window)  # (B, W, V), full recompute
+        nxt = sample_next(logits[:, -1], temperature, top_k, top_p,
+                          generator)  # (B,)
+        yield nxt
+        if i + 1 == max_new_tokens:
+            break
+        W = window.shape[1]
+        window = torch.cat([window, nxt[:, None]], 1)[:, -block:]  # (B,W+1)
+        if not use_cache:
+            continue
+        if W < block:  # room left: one position against the cache
+            logits, _ = model(window[:, -1:], start_pos=W,
+                              caches=caches)  # (B, 1, V)
+        else:  # full: keep the newer half, run it as a new prompt
+            window = window[:, -(block // 2 or 1):]  # (B, W')
+            caches = make_caches(model, B, block)
+            logits, _ = model(window, caches=caches)  # (B, W', V)

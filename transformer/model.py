@@ -495,9 +495,6 @@ import json  # here, not at the top: this section is self-contained
 import sys
 from pathlib import Path
 
-_SAFETENSORS_DTYPES = {torch.float32: "F32", torch.float16: "F16",
-                       torch.bfloat16: "BF16", torch.float64: "F64"}
-
 
 def hf_gpt2_config(config: GPTConfig) -> dict:
     """The Hugging Face GPT2Config of `config`, as the dict config.json
@@ -523,6 +520,10 @@ def hf_gpt2_config(config: GPTConfig) -> dict:
             "attn_pdrop": 0.0,  # this book drops no attention weights
             "tie_word_embeddings": config.tie_weights,
             "initializer_range": 0.02}
+
+
+_SAFETENSORS_DTYPES = {torch.float32: "F32", torch.float16: "F16",
+                       torch.bfloat16: "BF16", torch.float64: "F64"}
 
 
 def _write_safetensors(path: Path, tensors: dict) -> None:

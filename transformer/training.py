@@ -5,17 +5,22 @@ from __future__ import annotations
 __all__ = [
     "TrainConfig",
     "evaluate",
+    "tokenizer_from_text",
     "save_checkpoint",
     "load_checkpoint",
+    "check_weights_fit",
     "model_from_checkpoint",
+    "TrainingInterrupted",
     "train",
-    "sample_ids",
+    "read_text",
+    "text_stream",
+    "evaluate_text",
+    "remove_stale_temporaries",
     "configs_from",
     "init_model",
 ]
 
 
-import argparse
 import dataclasses
 import math
 import os
@@ -32,7 +37,6 @@ import torch
 from transformer.baseline import get_batch
 from transformer.model import GPT, GPTConfig
 from transformer.optim import AdamW, clip_grad_norm, lr_at
-from transformer.sampling import sample_next
 from transformer.tokenizer import BPETokenizer
 
 
@@ -50,8 +54,9 @@ class TrainConfig:
     """Every setting of a training run, checked at construction.
 
     `seq_len` None trains on windows of the model's block_size;
-    `grad_clip` 0 turns clipping off; `checkpoint_interval` 0 writes a
-    checkpoint only at the end (and on Ctrl-C). Defined in chapter
+    `grad_clip` 0 turns clipping off; a checkpoint is written every
+    `checkpoint_interval` steps (0: only at the end and on Ctrl-C or
+    SIGTERM), which bounds what a hard kill can lose. Defined in chapter
     "Training", section "Configuration"."""
     steps: int = 200
     batch_size: int = 16
@@ -66,7 +71,7 @@ class TrainConfig:
     seq_len: int | None = None
     beta1: float = 0.9
     beta2: float = 0.95
-    checkpoint_interval: int = 0
+    checkpoint_interval: int = 50
 
     def __post_init__(self):
         for name, low in (("steps", 0), ("batch_size", 1),
@@ -188,7 +193,9 @@ def _tokenizer_text(tokenizer) -> str | None:
         return path.read_text(encoding="utf-8")
 
 
-def _tokenizer_from_text(text: str | None):
+def tokenizer_from_text(text: str | None):
+    """The BPETokenizer a checkpoint stores as text (None if it stores
+    none). Defined in chapter "Training", section "Checkpoints"."""
     if text is None:
         return None
     with tempfile.TemporaryDirectory() as tmp:
@@ -200,13 +207,15 @@ def _tokenizer_from_text(text: str | None):
 def save_checkpoint(path, model, optimizer=None, step: int = 0,
                     train_config: TrainConfig | None = None,
                     rng: dict | None = None, history: dict | None = None,
-                    tokenizer=None) -> Path:
+                    tokenizer=None, data: dict | None = None) -> Path:
     """Write everything needed to resume a run to `path`, atomically.
 
     The file is first written in full under a temporary name in the same
-    folder, flushed to disk, then renamed over `path` (os.replace is atomic
-    on POSIX): a crash mid-write leaves the previous checkpoint intact.
-    Defined in chapter "Training", section "Checkpoints"."""
+    folder (PATH.<random>.tmp), flushed to disk, then renamed over `path`
+    (os.replace is atomic on POSIX): a crash mid-write leaves the previous
+    checkpoint intact. `data` describes the training text (a dict of plain
+    values, kept for resuming and evaluating). Defined in chapter
+    "Training", section "Checkpoints"."""
     config = getattr(model, "config", None)
     if not isinstance(config, GPTConfig):
         raise ValueError("model: expected a model with a GPTConfig "
@@ -224,6 +233,7 @@ def save_checkpoint(path, model, optimizer=None, step: int = 0,
         "rng": rng or {},
         "history": history or {},
         "tokenizer": _tokenizer_text(tokenizer),
+        "data": dict(data or {}),
     }
     ckpt["digest"] = _digest({k: v for k, v in ckpt.items()})
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -252,9 +262,14 @@ def load_checkpoint(path) -> dict:
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # corrupted files fail in many ways
-        raise ValueError(f"checkpoint: {str(path)!r} is not a readable "
-                         f"checkpoint ({type(err).__name__}: "
-                         f"{str(err)[:200]})") from None
+        # not PyTorch's own message: it advises weights_only=False, the
+        # one switch that would let the file run code
+        why = ("it holds objects other than tensors and plain containers, "
+               "which are never loaded"
+               if "global" in str(err).lower() else
+               "it is not a PyTorch file, or it is damaged")
+        raise ValueError(f"checkpoint: {str(path)!r} is not a checkpoint "
+                         f"written by `train` ({why})") from None
     if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
         raise ValueError(f"checkpoint: {str(path)!r} is not a "
                          f"{CHECKPOINT_FORMAT} file")
@@ -269,45 +284,91 @@ def load_checkpoint(path) -> dict:
     if _digest(ckpt) != digest:
         raise ValueError(f"checkpoint: {str(path)!r} is corrupted (its "
                          f"contents do not match the digest stored in it)")
+    ckpt.setdefault("data", {})  # files written before the key existed
     return ckpt
 
 
+def check_weights_fit(config: GPTConfig, state: dict) -> None:
+    """ValueError unless `state` (a state dict) holds exactly the tensors
+    a GPT(config) has, by name and shape; checked before any memory is
+    allocated, so a crafted config (n_layer = 10**6, a vocabulary of
+    10**12) is refused instead of exhausting memory. Defined in chapter
+    "Training", section "Checkpoints"."""
+    if not isinstance(state, dict):
+        raise ValueError("checkpoint: its model weights are not a dict")
+    if config.n_layer > len(state):  # every block holds several tensors
+        raise ValueError(f"checkpoint: model_config has n_layer = "
+                         f"{config.n_layer}, but the file holds only "
+                         f"{len(state)} tensors")
+    with torch.device("meta"):  # shapes only: nothing is allocated
+        skeleton = GPT(config)
+    want = {k: tuple(v.shape) for k, v in skeleton.state_dict().items()}
+    got = {k: tuple(v.shape) for k, v in state.items()
+           if isinstance(v, torch.Tensor)}
+    if want != got:
+        diff = sorted(k for k in set(want) | set(got)
+                      if want.get(k) != got.get(k))
+        shown = ", ".join(f"{k}: config {want.get(k)} vs file "
+                          f"{got.get(k)}" for k in diff[:3])
+        raise ValueError(f"checkpoint: model_config does not describe its "
+                         f"weights ({len(diff)} tensors differ; {shown})")
+
+
 def model_from_checkpoint(path, device="cpu"):
-    """(model, tokenizer or None, checkpoint dict) from a checkpoint file.
-    Defined in chapter "Training", section "Checkpoints"."""
+    """(model, tokenizer or None, checkpoint dict) from a checkpoint file,
+    with the model in eval mode on `device` (the file loads onto any
+    device). Defined in chapter "Training", section "Checkpoints"."""
     ckpt = load_checkpoint(path)
     try:
         config = GPTConfig(**ckpt["model_config"])
     except TypeError as err:
         raise ValueError(f"checkpoint: model_config does not fit this "
                          f"GPTConfig ({err})") from None
-    model = GPT(config)
+    check_weights_fit(config, ckpt["model"])
+    with torch.device(device):  # built where it will run, then filled
+        model = GPT(config)
     model.load_state_dict(ckpt["model"])
-    model.to(device).eval()
-    return model, _tokenizer_from_text(ckpt["tokenizer"]), ckpt
+    model.eval()
+    return model, tokenizer_from_text(ckpt["tokenizer"]), ckpt
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Raised by `train` after Ctrl-C (SIGINT) or SIGTERM: `step` steps
+    are done; the checkpoint file holds step `saved_step` (None: this run
+    wrote none, and the file, if any, is as it was); `signum` is the
+    signal. Defined in chapter "Training", section "The training loop"."""
+
+    def __init__(self, step: int, saved_step: int | None, signum: int):
+        super().__init__(step, saved_step, signum)
+        self.step, self.saved_step, self.signum = step, saved_step, signum
 
 
 class _DeferredInterrupt:
-    """Turn the first Ctrl-C into a flag the loop reads between steps, so
-    the checkpoint it then writes holds a whole step, never half of one.
-    A second Ctrl-C interrupts at once. Only the main thread can install
-    a signal handler; elsewhere this does nothing."""
+    """Turn the first SIGINT or SIGTERM into a flag the loop reads between
+    steps, so the checkpoint it then writes holds a whole step, never half
+    of one. A second signal interrupts at once. A signal the process was
+    started with ignored (a background job of a script ignores Ctrl-C)
+    stays ignored. Only the main thread can install a signal handler;
+    elsewhere this does nothing."""
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __enter__(self):
-        self.requested = False
-        self._old = None
+        self.requested, self.signum, self._old = False, None, {}
         if threading.current_thread() is threading.main_thread():
-            self._old = signal.signal(signal.SIGINT, self._handler)
+            for sig in self.SIGNALS:
+                if signal.getsignal(sig) is signal.SIG_IGN:
+                    continue  # ignored by whoever started us: keep it so
+                self._old[sig] = signal.signal(sig, self._handler)
         return self
 
     def _handler(self, signum, frame):
         if self.requested:
             raise KeyboardInterrupt
-        self.requested = True
+        self.requested, self.signum = True, signum
 
     def __exit__(self, *exc):
-        if self._old is not None:
-            signal.signal(signal.SIGINT, self._old)
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
         return False
 
 
@@ -325,8 +386,10 @@ def _set_rng_state(state: dict, gen: torch.Generator) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-# fields that may change between a run and its resumption
-_RESUMABLE_FIELDS = ("eval_interval", "eval_batches", "checkpoint_interval")
+# fields that may change between a run and its resumption; `steps` may
+# grow, which extends a run (the cosine schedule stretches to the new end)
+RESUMABLE_FIELDS = ("steps", "eval_interval", "eval_batches",
+                    "checkpoint_interval")
 
 
 def _check_resume(ckpt: dict, model, cfg: TrainConfig) -> None:
@@ -339,10 +402,13 @@ def _check_resume(ckpt: dict, model, cfg: TrainConfig) -> None:
                           f"{theirs.get(k)!r}" for k in diff)
         raise ValueError(f"model: config does not match the checkpoint "
                          f"({shown})")
+    if cfg.steps < ckpt["step"]:
+        raise ValueError(f"steps: expected >= the checkpoint's step "
+                         f"{ckpt['step']}, got {cfg.steps}")
     ours = dataclasses.asdict(cfg)
     theirs = ckpt["train_config"] or {}
     diff = sorted(k for k in set(ours) | set(theirs)
-                  if k not in _RESUMABLE_FIELDS
+                  if k not in RESUMABLE_FIELDS
                   and ours.get(k) != theirs.get(k))
     if diff:
         shown = ", ".join(f"{k}: {ours.get(k)!r} vs checkpoint "
@@ -367,14 +433,14 @@ def _global_norm(params) -> torch.Tensor:
     """The global L2 norm of the gradients, without clipping."""
     grads = [p.grad.detach() for p in params if p.grad is not None]
     if not grads:
-        return torch.tensor(0.0)
+        return torch.zeros(())  # 0-dim: combines with any device
     return torch.stack([g.pow(2).sum() for g in grads]).sum().sqrt()
 
 
 def train(model: torch.nn.Module, train_ids: torch.Tensor,
           val_ids: torch.Tensor, cfg: TrainConfig, checkpoint_path=None,
           resume: bool = False, progress: bool = False, tokenizer=None,
-          callback=None) -> dict:
+          callback=None, data: dict | None = None) -> dict:
     """Train `model` in place with AdamW, warmup + cosine and clipping.
 
     Step s (0-based) draws a batch of random windows from `train_ids` with
@@ -386,11 +452,15 @@ def train(model: torch.nn.Module, train_ids: torch.Tensor,
     bit-identical from run to run (on one machine and thread count).
 
     checkpoint_path: written every cfg.checkpoint_interval steps (0: never
-    in between), at the end, and on Ctrl-C / KeyboardInterrupt, which is
-    then re-raised. resume=True continues from that file if it exists;
-    the continued run is bit-identical to an uninterrupted one.
-    callback(step, history): called after every step; raising
-    KeyboardInterrupt from it acts like Ctrl-C.
+    in between), at the end, and on Ctrl-C, SIGTERM or a KeyboardInterrupt
+    after at least one new step; TrainingInterrupted is then raised.
+    resume=True continues from that file if it exists (cfg.steps may be
+    larger than the run's, to extend it); the continued run is
+    bit-identical to an uninterrupted one. callback(step, history): called
+    after every step; raising KeyboardInterrupt from it acts like Ctrl-C.
+    tokenizer and data (a dict describing the text) are stored in the
+    checkpoint. Batches are drawn on the CPU and moved to the model's
+    device.
 
     Returns the history: "steps", "train_loss", "lr", "grad_norm" (one per
     step, from step 1 of the run), "val_steps", "val_loss", and for this
@@ -432,7 +502,7 @@ def train(model: torch.nn.Module, train_ids: torch.Tensor,
     gen = torch.Generator().manual_seed(cfg.seed)  # batches
     hist = {"train_loss": [], "lr": [], "grad_norm": [], "val_steps": [],
             "val_loss": []}
-    step, resumed_from = 0, None
+    step, resumed_from, saved_step = 0, None, None
     if resume and Path(checkpoint_path).is_file():
         ckpt = load_checkpoint(checkpoint_path)
         _check_resume(ckpt, model, cfg)
@@ -440,14 +510,18 @@ def train(model: torch.nn.Module, train_ids: torch.Tensor,
         optimizer.load_state_dict(ckpt["optimizer"])
         _set_rng_state(ckpt["rng"], gen)
         hist = {k: list(v) for k, v in ckpt["history"].items()}
-        step = resumed_from = ckpt["step"]
+        step = resumed_from = saved_step = ckpt["step"]
         if tokenizer is None:
-            tokenizer = _tokenizer_from_text(ckpt["tokenizer"])
+            tokenizer = tokenizer_from_text(ckpt["tokenizer"])
+        if data is None:
+            data = ckpt["data"]
 
     def save():
+        nonlocal saved_step
         if checkpoint_path is not None:
             save_checkpoint(checkpoint_path, model, optimizer, step, cfg,
-                            _rng_state(gen), hist, tokenizer)
+                            _rng_state(gen), hist, tokenizer, data)
+            saved_step = step
 
     def evaluate_now():
         hist["val_steps"].append(step)
@@ -455,19 +529,20 @@ def train(model: torch.nn.Module, train_ids: torch.Tensor,
                                          cfg.batch_size, cfg.eval_batches,
                                          seed=cfg.seed))
 
-    if step == 0 and not hist["val_steps"]:
-        evaluate_now()
-    model.train()
     tokens, train_s, skipped = 0, 0.0, 0
     bar = None
-    if progress:
-        from tqdm.auto import tqdm
-        bar = tqdm(total=cfg.steps, initial=step, unit="step",
-                   file=sys.stderr, dynamic_ncols=True)
     at_boundary = True
+    interrupt = _DeferredInterrupt()
     try:
-        with _DeferredInterrupt() as interrupt:
-            while step < cfg.steps:
+        with interrupt:
+            if step == 0 and not hist["val_steps"]:
+                evaluate_now()
+            model.train()
+            if progress:
+                from tqdm.auto import tqdm
+                bar = tqdm(total=cfg.steps, initial=step, unit="step",
+                           file=sys.stderr, dynamic_ncols=True)
+            while step < cfg.steps and not interrupt.requested:
                 at_boundary = False
                 t0 = time.perf_counter()
                 lr = lr_at(step, cfg.lr, cfg.warmup_steps,
@@ -505,15 +580,14 @@ def train(model: torch.nn.Module, train_ids: torch.Tensor,
                                     tok_s=f"{tokens / train_s:,.0f}")
                 if callback is not None:
                     callback(step, hist)
-                if interrupt.requested:
-                    raise KeyboardInterrupt
-    except KeyboardInterrupt:
-        if at_boundary:
-            save()
-        elif checkpoint_path is not None:
-            print(f"interrupted mid-step: {checkpoint_path} keeps the "
-                  f"last checkpoint written", file=sys.stderr)
-        raise
+            if interrupt.requested:
+                raise KeyboardInterrupt
+    except KeyboardInterrupt as err:
+        if at_boundary and step > (saved_step or 0):
+            save()  # a whole step, and one the file does not hold yet
+        signum = interrupt.signum or getattr(err, "signum", None)
+        raise TrainingInterrupted(step, saved_step,
+                                  signum or signal.SIGINT) from None
     finally:
         if bar is not None:
             bar.close()
@@ -526,47 +600,114 @@ def train(model: torch.nn.Module, train_ids: torch.Tensor,
     return hist
 
 
-@torch.no_grad()
-def sample_ids(model: torch.nn.Module, ids: torch.Tensor,
-               max_new_tokens: int, temperature: float = 1.0,
-               top_k: int | None = None, top_p: float | None = None,
-               generator: torch.Generator | None = None) -> torch.Tensor:
-    """Extend ids (B, T) by max_new_tokens sampled tokens -> (B, T + N).
+TEXT_SEPARATOR = "\n\n"  # between the files of a folder
 
-    Plain ancestral sampling with temperature (0 means greedy), top-k and
-    top-p (nucleus) truncation, recomputing the whole window at each step
-    (no cache; the inference part derives the fast way). The window is
-    the last block_size tokens. Defined in chapter "Training", section
-    "Sampling from a checkpoint"."""
-    if not (isinstance(ids, torch.Tensor) and ids.dtype == torch.int64
-            and ids.dim() == 2 and ids.shape[1] >= 1):
-        raise ValueError("ids: expected an int64 tensor (B, T) with T >= 1")
-    if not (_is_int(max_new_tokens) and max_new_tokens >= 0):
-        raise ValueError(f"max_new_tokens: expected an int >= 0, "
-                         f"got {max_new_tokens!r}")
-    if not (_is_number(temperature) and temperature >= 0):
-        raise ValueError(f"temperature: expected a number >= 0, "
-                         f"got {temperature!r}")
-    if top_k is not None and not (_is_int(top_k) and top_k >= 1):
-        raise ValueError(f"top_k: expected None or an int >= 1, "
-                         f"got {top_k!r}")
-    if top_p is not None and not (_is_number(top_p) and 0 < top_p <= 1):
-        raise ValueError(f"top_p: expected None or a number in (0, 1], "
-                         f"got {top_p!r}")
-    block = model.config.block_size
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    ids = ids.to(device)
-    try:
-        for _ in range(max_new_tokens):
-            logits, _ = model(ids[:, -block:])  # (B, T', V)
-            nxt = sample_next(logits[:, -1, :].float(), temperature, top_k,
-                              top_p, generator)  # (B,)
-            ids = torch.cat([ids, nxt[:, None]], dim=1)  # (B, T + 1)
-    finally:
-        model.train(was_training)
-    return ids
+
+def read_text(path) -> tuple[str, list[Path]]:
+    """(text, files): the UTF-8 file at `path`, or every .txt file in the
+    folder `path` (sorted by name, joined by a blank line). ValueError,
+    naming the file, if one is missing, empty, binary (a NUL byte) or not
+    UTF-8 (with the byte offset). Defined in chapter "Training", section
+    "Your own text"."""
+    path = Path(path)
+    if path.is_dir():
+        files = sorted(p for p in path.glob("*.txt") if p.is_file())
+        if not files:
+            raise ValueError(f"data: the folder {str(path)!r} holds no "
+                             f".txt files")
+    elif path.is_file():
+        files = [path]
+    else:
+        raise ValueError(f"data: no file or folder at {str(path)!r}")
+    texts = []
+    for f in files:
+        raw = f.read_bytes()
+        if not raw.strip():
+            raise ValueError(f"data: {str(f)!r} is empty")
+        nul = raw.find(b"\0")
+        if nul >= 0:
+            raise ValueError(f"data: {str(f)!r} looks binary (a NUL byte "
+                             f"at byte offset {nul}), not like text")
+        try:
+            texts.append(raw.decode("utf-8-sig"))
+        except UnicodeDecodeError as err:
+            raise ValueError(f"data: {str(f)!r} is not UTF-8 text "
+                             f"({err.reason} at byte offset "
+                             f"{err.start})") from None
+    return TEXT_SEPARATOR.join(texts), files
+
+
+def text_stream(text: str, vocab_size: int, cache_dir=None):
+    """(tokenizer, train_ids, val_ids) for `text`: the last tenth held out
+    (data.train_val_split), a BPE tokenizer of `vocab_size` trained on the
+    rest only, both parts encoded. The tokenizer is cached in `cache_dir`
+    (default: the corpus cache) under the SHA-256 of the training text,
+    the vocabulary size and the tokenizer's code. Defined in chapter
+    "Training", section "Your own text"."""
+    import hashlib
+
+    import transformer.tokenizer as tokenizer_module
+    from transformer.data import default_cache_dir, train_val_split
+    if not isinstance(text, str) or len(text) < 2:
+        raise ValueError("text: expected a str of at least 2 characters")
+    if not _is_int(vocab_size) or vocab_size <= 256:
+        raise ValueError(f"vocab_size: expected an int > 256 (the 256 "
+                         f"byte tokens come first), got {vocab_size!r}")
+    train_text, val_text = train_val_split(text)
+    key = hashlib.sha256()
+    for part in (train_text.encode("utf-8", "surrogatepass"),
+                 str(vocab_size).encode(),
+                 Path(tokenizer_module.__file__).read_bytes()):
+        key.update(hashlib.sha256(part).digest())
+    cache = Path(cache_dir) if cache_dir else default_cache_dir()
+    path = cache / "tokenizers" / f"bpe-{vocab_size}-{key.hexdigest()[:16]}"
+    if path.is_file():
+        tok = BPETokenizer.load(path)
+    else:
+        tok = BPETokenizer.train(train_text, vocab_size)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+        tok.save(tmp)
+        os.replace(tmp, path)  # whole or absent, as checkpoints are
+    train_ids = torch.tensor(tok.encode(train_text), dtype=torch.int64)
+    val_ids = torch.tensor(tok.encode(val_text), dtype=torch.int64)
+    return tok, train_ids, val_ids  # (N,), (M,)
+
+
+def evaluate_text(model: torch.nn.Module, tokenizer, ids: torch.Tensor,
+                  batch_size: int = 16) -> dict:
+    """Held-out numbers of `model` on the token ids `ids`: "loss" (nats
+    per token, every target of consecutive block_size windows counted
+    once, as evaluate(..., None)), "perplexity" exp(loss),
+    "bits_per_byte" (the same total in bits over the UTF-8 bytes of those
+    targets), "tokens" and "bytes". Defined in chapter "Training", section
+    "Your own text"."""
+    if not (isinstance(ids, torch.Tensor) and ids.dim() == 1
+            and len(ids) >= 2):
+        raise ValueError("ids: expected a 1-D tensor of at least 2 tokens")
+    T = min(model.config.block_size, len(ids) - 1)
+    loss = evaluate(model, ids, T, batch_size, None)
+    n = (len(ids) - 1) // T  # whole windows, as evaluate counts them
+    targets = ids[1:n * T + 1].tolist()
+    n_bytes = len(tokenizer.decode_bytes(targets))
+    return {"loss": loss, "perplexity": math.exp(loss),
+            "bits_per_byte": loss * len(targets) / math.log(2) / n_bytes,
+            "tokens": len(targets), "bytes": n_bytes}
+
+
+def remove_stale_temporaries(path) -> list[Path]:
+    """Delete the PATH.<random>.tmp files that save_checkpoint leaves
+    behind when its process is killed mid-write (the checkpoint itself is
+    never damaged), and return them. Defined in chapter "Training",
+    section "Your own text"."""
+    import glob
+    path = Path(path)
+    if not path.parent.is_dir():
+        return []
+    stale = sorted(path.parent.glob(glob.escape(path.name) + ".*.tmp"))
+    for f in stale:
+        f.unlink(missing_ok=True)
+    return stale
 
 
 # name -> (GPTConfig kwargs, TrainConfig kwargs). Next to each preset, its
@@ -590,60 +731,35 @@ PRESETS = {
 }
 
 
-def _parse_value(field: dataclasses.Field, text: str):
-    """Convert a command-line string to the type of a dataclass field."""
-    kind = str(field.type).replace(" ", "")
-    low = text.strip().lower()
-    if kind.endswith("|None") and low == "none":
-        return None
-    kind = kind.removesuffix("|None")
-    try:
-        if kind == "bool":
-            if low in ("1", "true", "yes", "on"):
-                return True
-            if low in ("0", "false", "no", "off"):
-                return False
-            raise ValueError
-        if kind == "int":
-            return int(text)
-        if kind == "float":
-            return float(text)
-    except ValueError:
-        raise ValueError(f"{field.name}: expected a {kind}, got "
-                         f"{text!r}") from None
-    return text
-
-
-def configs_from(preset: str, overrides=()) -> tuple[GPTConfig,
-                                                     TrainConfig]:
-    """(GPTConfig, TrainConfig) of a named preset with "field=value"
-    overrides applied; any field of either dataclass may be set. If steps
-    is set below the preset's warmup and warmup_steps is not, the warmup
-    shrinks to the run. Raises
-    ValueError naming the preset or field at fault. Defined in chapter
-    "Training", section "Presets and
-    the command line"."""
+def configs_from(preset: str, overrides: dict | None = None
+                 ) -> tuple[GPTConfig, TrainConfig]:
+    """(GPTConfig, TrainConfig) of a named preset with `overrides`, a dict
+    of typed values for any field of either dataclass, applied. If steps
+    is overridden below the preset's warmup and warmup_steps is not, the
+    warmup shrinks to the run. Raises ValueError naming the preset or
+    field at fault (the command line turns `--set field=value` text into
+    this dict). Defined in chapter "Training", section "Presets and the
+    command line"."""
     if preset not in PRESETS:
         raise ValueError(f"preset: expected one of {sorted(PRESETS)}, "
                          f"got {preset!r}")
+    overrides = {} if overrides is None else overrides
+    if not isinstance(overrides, dict):
+        raise ValueError(f"overrides: expected a dict of field -> value, "
+                         f"got {type(overrides).__name__}")
     model_kw, train_kw = (dict(d) for d in PRESETS[preset])
-    model_fields = {f.name: f for f in dataclasses.fields(GPTConfig)}
-    train_fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
-    for item in overrides:
-        name, eq, text = item.partition("=")
-        name = name.strip()
-        if not eq or not name:
-            raise ValueError(f"--set: expected FIELD=VALUE, got {item!r}")
+    model_fields = {f.name for f in dataclasses.fields(GPTConfig)}
+    train_fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    for name, value in overrides.items():
         if name in model_fields:
-            model_kw[name] = _parse_value(model_fields[name], text)
+            model_kw[name] = value
         elif name in train_fields:
-            train_kw[name] = _parse_value(train_fields[name], text)
+            train_kw[name] = value
         else:
-            raise ValueError(f"--set: unknown field {name!r}; model fields "
-                             f"are {sorted(model_fields)}, training fields "
-                             f"{sorted(train_fields)}")
-    set_names = {item.partition("=")[0].strip() for item in overrides}
-    if "warmup_steps" not in set_names and _is_int(train_kw["steps"]):
+            raise ValueError(f"overrides: unknown field {name!r}; model "
+                             f"fields are {sorted(model_fields)}, "
+                             f"training fields {sorted(train_fields)}")
+    if "warmup_steps" not in overrides and _is_int(train_kw["steps"]):
         # a shorter run keeps the preset's warmup only if it fits
         train_kw["warmup_steps"] = min(train_kw["warmup_steps"],
                                        max(train_kw["steps"], 1))
@@ -661,118 +777,3 @@ def init_model(config: GPTConfig, seed: int) -> GPT:
     one move at a time", move 7."""
     torch.manual_seed(seed)
     return GPT(config)
-
-
-def _parse_args(parser: argparse.ArgumentParser, argv):
-    """argparse exits on bad input; return its exit code instead."""
-    try:
-        return parser.parse_args(argv), None
-    except SystemExit as stop:
-        return None, (stop.code if isinstance(stop.code, int) else 2)
-
-
-def train_main(argv=None) -> int:
-    """`python -m transformer train`: train a preset, print a summary.
-    Returns the exit code (0 done, 2 bad arguments, 130 interrupted).
-    Defined in chapter "Training", section "Presets and
-    the command line"."""
-    p = argparse.ArgumentParser(
-        prog="python -m transformer train",
-        description="Train a GPT on the book's corpus from a named preset.")
-    p.add_argument("--preset", default="tiny",
-                   help=f"one of {sorted(PRESETS)} (default tiny)")
-    p.add_argument("--set", action="append", default=[],
-                   metavar="FIELD=VALUE", dest="overrides",
-                   help="override any GPTConfig or TrainConfig field; "
-                        "repeatable (e.g. --set steps=100 --set n_layer=2)")
-    p.add_argument("--checkpoint", default=None, metavar="PATH",
-                   help="checkpoint file (default checkpoints/PRESET.pt)")
-    p.add_argument("--resume", action="store_true",
-                   help="continue from --checkpoint if it exists")
-    p.add_argument("--log", default=None, metavar="PATH",
-                   help="also write the loss history as JSON")
-    p.add_argument("--no-progress", action="store_true",
-                   help="no progress bar")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch threads (default: PyTorch's choice; 1 is "
-                        "often faster on a busy machine)")
-    args, code = _parse_args(p, argv)
-    if args is None:
-        return code
-    if args.threads is not None:
-        if args.threads < 1:
-            print(f"error: --threads: expected an int >= 1, got "
-                  f"{args.threads}", file=sys.stderr)
-            return 2
-        torch.set_num_threads(args.threads)
-    try:
-        model_cfg, train_cfg = configs_from(args.preset, args.overrides)
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    from transformer.baseline import token_stream
-    tokenizer, train_ids, val_ids = token_stream(model_cfg.vocab_size)
-    model = init_model(model_cfg, train_cfg.seed)
-    path = Path(args.checkpoint or f"checkpoints/{args.preset}.pt")
-    print(f"preset {args.preset}: {model.n_params():,} parameters, "
-          f"{train_cfg.steps} steps of {train_cfg.batch_size} x "
-          f"{train_cfg.seq_len or model_cfg.block_size} tokens; "
-          f"checkpoint {path}", file=sys.stderr)
-    try:
-        hist = train(model, train_ids, val_ids, train_cfg, path,
-                     resume=args.resume, progress=not args.no_progress,
-                     tokenizer=tokenizer)
-    except KeyboardInterrupt:
-        print(f"interrupted; checkpoint saved to {path} (continue with "
-              f"--resume)", file=sys.stderr)
-        return 130
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    if args.log:
-        import json
-        Path(args.log).write_text(json.dumps(hist, indent=1) + "\n")
-    print(f"step {hist['steps']}: train loss {hist['train_loss'][-1]:.4f}, "
-          f"val loss {hist['val_loss'][-1]:.4f} nats/token, "
-          f"{hist['tokens_per_s']:,.0f} tokens/s, {hist['wall_s']:.1f} s; "
-          f"saved {path}")
-    return 0
-
-
-def sample_main(argv=None) -> int:
-    """`python -m transformer sample`: print text sampled from a
-    checkpoint. Returns the exit code (0 done, 2 bad arguments or file).
-    Defined in chapter "Training", section "Sampling from a checkpoint".
-    """
-    p = argparse.ArgumentParser(
-        prog="python -m transformer sample",
-        description="Sample text from a checkpoint written by train.")
-    p.add_argument("--checkpoint", required=True, metavar="PATH")
-    p.add_argument("--prompt", default="\n",
-                   help="text to continue (default a newline)")
-    p.add_argument("--max-new-tokens", type=int, default=200)
-    p.add_argument("--temperature", type=float, default=1.0,
-                   help="0 is greedy (default 1.0)")
-    p.add_argument("--top-k", type=int, default=None)
-    p.add_argument("--top-p", type=float, default=None)
-    p.add_argument("--seed", type=int, default=0)
-    args, code = _parse_args(p, argv)
-    if args is None:
-        return code
-    try:
-        model, tokenizer, _ = model_from_checkpoint(args.checkpoint)
-        if tokenizer is None:
-            raise ValueError(f"checkpoint: {args.checkpoint!r} holds no "
-                             f"tokenizer, so text cannot be encoded")
-        prompt = tokenizer.encode(args.prompt)
-        if not prompt:
-            raise ValueError("prompt: expected at least one token")
-        ids = torch.tensor([prompt], dtype=torch.int64)  # (1, T)
-        gen = torch.Generator().manual_seed(args.seed)
-        out = sample_ids(model, ids, args.max_new_tokens, args.temperature,
-                         args.top_k, args.top_p, gen)  # (1, T + N)
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(tokenizer.decode(out[0].tolist()))
-    return 0
