@@ -170,9 +170,15 @@ CLASHES = [
     re.compile(r"\|T_4\||k_n\b|(?<![{\w])B_b|/ S\^2"),
     # the parameter count: T_max (not L_max), E^pos (not P), [bias]
     re.compile(r"L_\{\\max\}|\}_\{P\\text|with \$b = 1\$ if"),
+    # a token's bytes are bytes(t) (beta is the inverse temperature); BPE's
+    # neighbours are l and r, the top-p mass p_top, a stratum zeta (z is a
+    # logit)
+    re.compile(r"\\beta\((t|256|a\^|b\^|x_|258)|neighbours \$p = "),
+    re.compile(r"\| \$\\tau, k, p\$ \||reaches\n\$p\$, and draw"),
+    re.compile(r"\| \$z\$ \| a stratum|\$\(z, x, s\)\$"),
 ]
 # the chapters that once had one of these and no longer do
-NOTATION = OWNED + ["01", "08", "13", "90"]
+NOTATION = OWNED + ["01", "03", "08", "09", "13", "15", "90"]
 
 
 @pytest.mark.parametrize("name", NOTATION)
