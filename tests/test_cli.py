@@ -153,9 +153,19 @@ def test_parse_overrides_types_and_errors():
 def test_cost_prints_the_table(capsys):
     assert cli.main(["cost", "--n-layer", "2", "--contexts", "16,32"]) == 0
     out = capsys.readouterr().out
-    assert "parameters" in out and "KV cache passes the weights" in out
-    assert len([ln for ln in out.splitlines()
-                if ln.strip().startswith(("16 ", "32 "))]) == 2
+    assert "KV cache passes the weights" in out
+    rows = [ln.split() for ln in out.splitlines()
+            if ln.strip().startswith(("16 ", "32 "))]
+    assert len(rows) == 2
+    # the printed count is the model's: GPT-2 small's defaults, two layers
+    import torch
+    from transformer.model import GPT, GPTConfig
+    with torch.device("meta"):  # counted without allocating the weights
+        want = GPT(GPTConfig(vocab_size=50257, block_size=1024, n_layer=2,
+                             n_head=12, n_embd=768)).n_params()
+    assert out.splitlines()[0].startswith(f"{want:,} parameters")
+    # FLOPs of a forward pass are linear in T at these lengths: 32 ~ 2 x 16
+    assert abs(float(rows[1][1]) / float(rows[0][1]) - 2) < 0.01
 
 
 @pytest.mark.parametrize("argv, message", [

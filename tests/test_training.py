@@ -9,8 +9,12 @@ import math
 import re
 import signal
 
+from pathlib import Path
+
 import pytest
 import torch
+
+import transformer.training as training_module
 
 from transformer.baseline import get_batch
 from transformer.model import GPT, GPTConfig
@@ -62,15 +66,22 @@ def test_train_config_rejects_bad_values_naming_the_field(field, value):
 
 
 def test_presets_build_and_have_the_promised_sizes():
-    sizes = {}
+    """Each preset's comment states its parameters and tokens; the model
+    built from it, the cost model's count and the run's length agree."""
+    from transformer.cost_model import param_breakdown
+    from transformer.model import gpt_param_count
+    source = Path(training_module.__file__).read_text()
     for name in PRESETS:
         model_cfg, train_cfg = configs_from(name)
-        sizes[name] = GPT(model_cfg).n_params()
-        assert train_cfg.steps > 0
-    tiny = configs_from("tiny")[0]
-    assert (tiny.vocab_size, tiny.block_size, tiny.n_layer, tiny.n_head,
-            tiny.n_embd) == (1024, 128, 4, 4, 128)
-    assert 8e6 <= sizes["small"] <= 12e6
+        counted = GPT(model_cfg).n_params()
+        assert counted == gpt_param_count(model_cfg) \
+            == param_breakdown(model_cfg)["total"]
+        tokens = train_cfg.steps * train_cfg.batch_size * model_cfg.block_size
+        stated = re.search(rf"# ([\d,]+) parameters, ([\d,]+) tokens[^\n]*\n"
+                           rf"[^\n]*\n?\s*\"{name}\"", source)
+        assert stated, f"preset {name!r} states no size"
+        assert int(stated[1].replace(",", "")) == counted
+        assert int(stated[2].replace(",", "")) == tokens
 
 
 def test_configs_from_applies_typed_overrides_and_rejects():
