@@ -501,7 +501,7 @@ def _write_json(path: Path, obj) -> None:
 
 def run_train(args) -> int:
     """`python -m transformer train`. Section "Training"."""
-    from transformer import training as tr
+    import transformer.training as tr
     _set_threads(args.threads)
     device = parse_device(args.device)
     overrides = parse_overrides(args.overrides)
