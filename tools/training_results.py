@@ -39,11 +39,12 @@ import literate  # noqa: E402
 from transformer.baseline import (bigram_counts, bigram_loss,  # noqa: E402
                                   token_stream)
 from transformer.bench import environment  # noqa: E402
-from transformer.experiments import (heldout_nll, overfit_config,  # noqa
+from transformer.experiments import (overfit_config,  # noqa
                                      shuffled_config)
 from transformer.model import GPTConfig  # noqa: E402
 from transformer.training import (PRESETS, TrainConfig,  # noqa: E402
-                                  configs_from, evaluate, init_model, train)
+                                  configs_from, evaluate, heldout_losses,
+                                  init_model, train)
 
 OUT = ROOT / "results" / "training"
 ALPHA = 0.1  # the smoothing chapter 07's development set chose
@@ -121,7 +122,8 @@ def run_shuffled(args) -> dict:
             hist = train(model, train_ids, val_ids, cfg)
             full = evaluate(model, val_ids, 64, 32, None)
             # per-token losses, for the standard error of the estimate
-            per_token = heldout_nll(model, val_ids)  # (n T,)
+            per_token = heldout_losses(model, val_ids, 64, 32,
+                                       None).view(-1)  # (n T,)
         out["runs"][name] = {
             "train_loss": hist["train_loss"], "val_steps": hist["val_steps"],
             "val_loss": hist["val_loss"], "final_val_loss": full,

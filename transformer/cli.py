@@ -35,8 +35,8 @@ PACKAGE = Path(importlib.util.find_spec("transformer").origin).parent
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, with its errors on one line: `PROG: error: MESSAGE (see
-    --help)`, exit code 2 (argparse itself prints the usage first)."""
+    """argparse, with its errors on one line, `PROG: error: MESSAGE (see
+    --help)`, instead of a usage block and the message; exit code 2."""
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
@@ -501,7 +501,7 @@ def _write_json(path: Path, obj) -> None:
 
 def run_train(args) -> int:
     """`python -m transformer train`. Section "Training"."""
-    from transformer import training as tr
+    import transformer.training as tr
     _set_threads(args.threads)
     device = parse_device(args.device)
     overrides = parse_overrides(args.overrides)

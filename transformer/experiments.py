@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 __all__ = [
-    "RunConfig",
     "Experiment",
-    "evaluate_windows",
     "init_grad_norms",
     "attention_entropy",
-    "train_run",
     "run_point",
     "run_probe",
     "default_results_dir",
@@ -22,7 +19,6 @@ __all__ = [
     "Probe",
     "overfit_config",
     "shuffled_config",
-    "heldout_nll",
     "measure_e10",
     "measure_e13",
     "measure_e11",
@@ -48,60 +44,30 @@ from transformer.attention import attention, causal_mask
 from transformer.baseline import get_batch, token_stream
 from transformer.model import GPT, GPTConfig
 from transformer.positions import apply_rope
-from transformer.optim import AdamW, clip_grad_norm, lr_at
-from transformer.softmax import cross_entropy
 from transformer.stats import format_summary, summarize
-from transformer.training import (PRESETS, TrainConfig, evaluate, init_model,
-                                  train)
+from transformer.training import (PRESETS, TrainConfig, evaluate,
+                                  heldout_losses, init_model, train)
 
 EVAL_SEED = 1234  # every run is scored on the same held-out windows
 
 
-@dataclass(frozen=True)
-class RunConfig:
-    """The training recipe every run of one experiment shares: AdamW, linear
-    warmup then cosine decay, clipping at `grad_clip`, and a held-out
-    evaluation every `eval_every` steps on fixed windows. Section "The
-    runner"."""
-    steps: int = 200
-    batch_size: int = 16
-    lr: float = 3e-3
-    warmup_steps: int = 20
-    min_lr: float = 3e-4
-    weight_decay: float = 0.1
-    grad_clip: float = 1.0
-    eval_every: int = 50
-    eval_batches: int = 4
-    eval_batch_size: int = 16
-
-    def __post_init__(self):
-        for name in ("steps", "batch_size", "eval_every", "eval_batches",
-                     "eval_batch_size"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"{name}: expected a positive int, "
-                                 f"got {v!r}")
-        if not (isinstance(self.warmup_steps, int)
-                and 0 <= self.warmup_steps <= self.steps):
-            raise ValueError(f"warmup_steps: expected an int in [0, steps"
-                             f" = {self.steps}], got {self.warmup_steps!r}")
-        if not 0 <= self.min_lr <= self.lr:
-            raise ValueError(f"min_lr: expected in [0, lr = {self.lr}], "
-                             f"got {self.min_lr!r}")
-        if not self.grad_clip > 0:
-            raise ValueError(f"grad_clip: expected > 0, "
-                             f"got {self.grad_clip!r}")
+# The recipe every run of every experiment shares, on top of TrainConfig's
+# defaults: four evaluation batches on the same windows for every run
+# (EVAL_SEED), Adam's usual beta2, and a run that turns non-finite stops
+# and is marked diverged instead of skipping the step. Section "The runner".
+RECIPE = {"eval_batches": 4, "eval_seed": EVAL_SEED, "beta2": 0.999,
+          "on_nonfinite": "stop", "checkpoint_interval": 0}
 
 
 _MODEL_FIELDS = set(GPTConfig.__dataclass_fields__)
-_RUN_FIELDS = set(RunConfig.__dataclass_fields__)
+_RUN_FIELDS = set(TrainConfig.__dataclass_fields__) - {"seed"}
 _EXTRAS = ("long_context", "init_grads", "attn_entropy", "per_byte")
 
 
 @dataclass(frozen=True)
 class Experiment:
     """One declared experiment: a grid over ONE `variable` (a GPTConfig or
-    RunConfig field), optionally repeated at each value of a `stratum` field
+    TrainConfig field), optionally repeated at each value of a `stratum` field
     (E6's depth), with fixed data, a fixed recipe and token budget, a list
     of seeds, and the prediction and its falsifier, written before any run.
     Section "Declaring an experiment"."""
@@ -127,7 +93,7 @@ class Experiment:
         for name in (self.variable, self.stratum):
             if name is not None and name not in known:
                 raise ValueError(f"variable: expected a GPTConfig or "
-                                 f"RunConfig field, got {name!r}")
+                                 f"TrainConfig field, got {name!r}")
         if len(self.values) < 2:
             raise ValueError(f"values: expected at least two, "
                              f"got {self.values!r}")
@@ -152,15 +118,18 @@ class Experiment:
         return [(s, v, seed) for s in self.strata for v in self.values
                 for seed in self.seeds]
 
-    def configs(self, stratum, value) -> tuple[GPTConfig, RunConfig]:
-        """The model and recipe of one grid point (raises ValueError on an
-        inconsistent combination, as GPTConfig does)."""
+    def configs(self, stratum, value,
+                seed: int = 0) -> tuple[GPTConfig, TrainConfig]:
+        """The model and training configuration of one grid point and
+        seed: RECIPE, then the declaration's `run`, then the stratum and
+        the variable (raises ValueError on an inconsistent combination,
+        as the dataclasses do)."""
         m = {"vocab_size": self.vocab_size, **self.model}
-        r = dict(self.run)
+        r = {**RECIPE, **self.run, "seed": seed}
         for name, v in ((self.stratum, stratum), (self.variable, value)):
             if name is not None:
                 (m if name in _MODEL_FIELDS else r)[name] = v
-        return GPTConfig(**m), RunConfig(**r)
+        return GPTConfig(**m), TrainConfig(**r)
 
     def smoke(self) -> "Experiment":
         """A seconds-long version: tiny width, few steps, two seeds, two
@@ -168,7 +137,7 @@ class Experiment:
         m = {**self.model, "n_embd": 32, "n_layer": 1, "block_size": 16,
              "n_head": 2}
         r = {**self.run, "steps": 3, "batch_size": 2, "warmup_steps": 1,
-             "eval_every": 2, "eval_batches": 1, "eval_batch_size": 2}
+             "eval_interval": 2, "eval_batches": 1}
         for name in (self.variable, self.stratum):
             m.pop(name, None)
             r.pop(name, None)
@@ -210,34 +179,6 @@ def _machine() -> dict:
             "loadavg": list(os.getloadavg())}
 
 
-@torch.no_grad()
-def evaluate_windows(model: GPT, ids: torch.Tensor, block_size: int,
-                     batch_size: int, n_batches: int, seed: int = EVAL_SEED,
-                     split: int | None = None) -> dict:
-    """Mean held-out loss (nats/token) over n_batches fixed random windows
-    of length `block_size`; with `split`, also the mean loss of positions
-    before `split` ("head") and from `split` on ("tail"). Section
-    "The runner"."""
-    was_training = model.training
-    model.eval()
-    g = torch.Generator().manual_seed(seed)
-    total, head, tail = 0.0, 0.0, 0.0
-    for _ in range(n_batches):
-        x, y = get_batch(ids, batch_size, block_size, g)  # (B, T) each
-        logits, _ = model(x)  # (B, T, V)
-        nll = torch.nn.functional.cross_entropy(
-            logits.transpose(1, 2), y, reduction="none")  # (B, T)
-        total += nll.mean().item()
-        if split is not None:
-            head += nll[:, :split].mean().item()
-            tail += nll[:, split:].mean().item()
-    model.train(was_training)
-    out = {"loss": total / n_batches}
-    if split is not None:
-        out["head"], out["tail"] = head / n_batches, tail / n_batches
-    return out
-
-
 def init_grad_norms(model: GPT, ids: torch.Tensor, batch_size: int,
                     seed: int = EVAL_SEED) -> list[float]:
     """L2 norm of the loss gradient over each block's parameters, at the
@@ -245,8 +186,9 @@ def init_grad_norms(model: GPT, ids: torch.Tensor, batch_size: int,
     one fixed batch. Section "E6: pre-norm against post-norm"."""
     g = torch.Generator().manual_seed(seed)
     x, y = get_batch(ids, batch_size, model.config.block_size, g)  # (B, T)
+    device = next(model.parameters()).device
     model.zero_grad(set_to_none=True)
-    _, loss = model(x, y)
+    _, loss = model(x.to(device), y.to(device))
     loss.backward()
     norms = []
     for block in model.blocks:
@@ -274,63 +216,22 @@ def attention_entropy(model: GPT, ids: torch.Tensor, batch_size: int,
         q = q.view(B, T, attn.n_head, -1).transpose(1, 2)  # (B, H, T, Dh)
         k = k.view(B, T, attn.n_head, -1).transpose(1, 2)  # (B, H, T, Dh)
         if attn.rope:
-            pos = torch.arange(T)  # (T,)
+            pos = torch.arange(T, device=h.device)  # (T,)
             q = apply_rope(q, pos, attn.rope_base)
             k = apply_rope(k, pos, attn.rope_base)
-        w = attention(q, k, k, causal_mask(T), attn.scale)[1]  # (B,H,T,T)
+        mask = causal_mask(T, device=h.device)  # (T, T)
+        w = attention(q, k, k, mask, attn.scale)[1]  # (B, H, T, T)
         ent = -(w * torch.log(w.clamp_min(1e-30))).sum(-1)  # (B, H, T)
         found.append(ent.mean().item())
 
     handles = [b.attn.register_forward_pre_hook(hook) for b in model.blocks]
     try:
         with torch.no_grad():
-            model(x)
+            model(x.to(next(model.parameters()).device))
     finally:
         for handle in handles:
             handle.remove()
     return found
-
-
-def train_run(model: GPT, train_ids: torch.Tensor, val_ids: torch.Tensor,
-              rc: RunConfig, seed: int, progress=None) -> dict:
-    """Train `model` with recipe `rc`; batches are drawn from a generator
-    seeded with `seed`, so two variants with one seed see the same batches.
-    Returns per-step train loss and gradient norm (before clipping), the
-    held-out curve, and whether the run diverged (a non-finite loss or
-    gradient stops it). Section "The runner"."""
-    T = model.config.block_size
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    other = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = AdamW([{"params": decay, "weight_decay": rc.weight_decay},
-                 {"params": other, "weight_decay": 0.0}], lr=rc.lr)
-    g = torch.Generator().manual_seed(10_000 + seed)
-    log = {"train_loss": [], "grad_norm": [], "val_steps": [],
-           "val_loss": [], "diverged": False}
-    t0 = time.perf_counter()
-    for step in range(rc.steps):
-        lr = lr_at(step, rc.lr, rc.warmup_steps, rc.steps, rc.min_lr)
-        for group in opt.param_groups:
-            group["lr"] = lr
-        x, y = get_batch(train_ids, rc.batch_size, T, g)  # (B, T) each
-        _, loss = model(x, y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        gn = clip_grad_norm(model.parameters(), rc.grad_clip).item()
-        log["train_loss"].append(loss.item())
-        log["grad_norm"].append(gn)
-        if not (math.isfinite(loss.item()) and math.isfinite(gn)):
-            log["diverged"] = True
-            break
-        opt.step()
-        if (step + 1) % rc.eval_every == 0 or step + 1 == rc.steps:
-            ev = evaluate_windows(model, val_ids, T, rc.eval_batch_size,
-                                  rc.eval_batches)
-            log["val_steps"].append(step + 1)
-            log["val_loss"].append(ev["loss"])
-            if progress:
-                progress(step + 1, rc.steps, ev["loss"])
-    log["wall_s"] = time.perf_counter() - t0
-    return log
 
 
 def _run_name(exp: Experiment, stratum, value, seed) -> str:
@@ -344,48 +245,56 @@ def _run_name(exp: Experiment, stratum, value, seed) -> str:
 def run_point(exp: Experiment, stratum, value, seed: int, data,
               progress=None) -> dict:
     """Run one grid point: build the model with `torch.manual_seed(seed)`,
-    measure what `exp.extras` asks for at initialisation, train, evaluate,
-    and return the record that is written as JSON. Section "The runner"."""
+    measure what `exp.extras` asks for at initialisation, train it with
+    the book's one training loop (chapter "Training"), evaluate, and
+    return the record that is written as JSON. `progress(step, steps,
+    val_loss)` is called after each evaluation. Section "The runner"."""
     _, train_ids, val_ids = data
-    mc, rc = exp.configs(stratum, value)
-    torch.manual_seed(seed)
-    model = GPT(mc)
+    mc, cfg = exp.configs(stratum, value, seed)
+    model = init_model(mc, seed)
     rec = {"experiment": exp.id, "variable": exp.variable, "value": value,
            "stratum_name": exp.stratum, "stratum": stratum, "seed": seed,
            "git_commit": _git_commit(), "smoke": exp.is_smoke,
-           "model_config": asdict(mc), "run_config": asdict(rc),
+           "model_config": asdict(mc), "run_config": asdict(cfg),
            "n_params": model.n_params(),
-           "tokens": rc.steps * rc.batch_size * mc.block_size,
+           "tokens": cfg.steps * cfg.batch_size * mc.block_size,
            "machine": _machine()}
     if "init_grads" in exp.extras:
         rec["init_grad_norms"] = init_grad_norms(model, train_ids,
-                                                 rc.batch_size)
+                                                 cfg.batch_size)
     if "attn_entropy" in exp.extras:
         rec["init_attn_entropy"] = attention_entropy(model, train_ids,
-                                                     rc.batch_size)
+                                                     cfg.batch_size)
+
+    def report(step, hist):
+        if progress and hist["val_steps"][-1] == step:
+            progress(step, cfg.steps, hist["val_loss"][-1])
+
     t0 = time.perf_counter()
-    rec.update(train_run(model, train_ids, val_ids, rc, seed, progress))
+    hist = train(model, train_ids, val_ids, cfg, callback=report)
+    rec.update({k: hist[k] for k in ("train_loss", "grad_norm", "val_steps",
+                                     "val_loss", "diverged", "wall_s")})
     final = {"train_loss": (sum(rec["train_loss"][-10:])
                             / len(rec["train_loss"][-10:])),
              "max_grad_norm": max(rec["grad_norm"]),
              "diverged": rec["diverged"]}
-    n_eval = 4 * rc.eval_batches
+    n_eval = 4 * cfg.eval_batches  # the final estimate: four times more
     if rec["diverged"]:
         final["val_loss"] = math.nan
     else:
-        final["val_loss"] = evaluate_windows(
-            model, val_ids, mc.block_size, rc.eval_batch_size, n_eval)["loss"]
+        final["val_loss"] = evaluate(model, val_ids, mc.block_size,
+                                     cfg.batch_size, n_eval, EVAL_SEED)
     if "long_context" in exp.extras:
-        T2 = 2 * mc.block_size
+        T = mc.block_size
         if mc.pos_encoding == "learned" or rec["diverged"]:
             final["val_loss_2x"] = None  # no position table beyond T
             final["val_loss_2x_tail"] = None
-        else:
-            ev = evaluate_windows(model, val_ids, T2, rc.eval_batch_size,
-                                  n_eval, split=mc.block_size)
-            final["val_loss_2x"] = ev["loss"]
-            final["val_loss_2x_head"] = ev["head"]
-            final["val_loss_2x_tail"] = ev["tail"]
+        else:  # windows of 2T: the trained positions, then unseen ones
+            nll = heldout_losses(model, val_ids, 2 * T, cfg.batch_size,
+                                 n_eval, EVAL_SEED)  # (n, 2T)
+            final["val_loss_2x"] = nll.mean().item()
+            final["val_loss_2x_head"] = nll[:, :T].mean().item()
+            final["val_loss_2x_tail"] = nll[:, T:].mean().item()
     if "per_byte" in exp.extras and not rec["diverged"]:
         tok = data[0]  # bytes of the held-out text / its tokens
         rec["bytes_per_token"] = (len(tok.decode_bytes(val_ids.tolist()))
@@ -397,7 +306,7 @@ def run_point(exp: Experiment, stratum, value, seed: int, data,
         init = rec["init_attn_entropy"]
         final["attn_entropy_init"] = sum(init) / len(init)
         if not rec["diverged"]:
-            trained = attention_entropy(model, val_ids, rc.batch_size)
+            trained = attention_entropy(model, val_ids, cfg.batch_size)
             rec["attn_entropy"] = trained
             final["attn_entropy"] = sum(trained) / len(trained)
     if "init_grads" in exp.extras:
@@ -437,7 +346,7 @@ def records_dir(exp_id: str, root: Path | None = None,
     return (root / "smoke" if smoke else root) / exp_id
 
 
-def record_matches(rec: dict, exp, stratum, value) -> bool:
+def record_matches(rec: dict, exp, stratum, value, seed: int = 0) -> bool:
     """Whether an existing record is what the runner would write for this
     grid point now: the same smoke flag and, for a grid, the same model
     and run configuration (compared as JSON writes them; a field newer
@@ -449,7 +358,7 @@ def record_matches(rec: dict, exp, stratum, value) -> bool:
     if isinstance(exp, Probe):
         return True
     for key, config in zip(("model_config", "run_config"),
-                           exp.configs(stratum, value)):
+                           exp.configs(stratum, value, seed)):
         have = rec.get(key)
         if not isinstance(have, dict):
             return False
@@ -476,7 +385,8 @@ def count_records(exp, root: Path | None = None) -> tuple[int, int]:
     have = 0
     for stratum, value, seed in exp.points():
         rec = _read_record(out / _run_name(exp, stratum, value, seed))
-        have += rec is not None and record_matches(rec, exp, stratum, value)
+        have += rec is not None and record_matches(rec, exp, stratum,
+                                                   value, seed)
     return have, len(exp.points())
 
 
@@ -499,7 +409,8 @@ def run_experiment(exp: Experiment, root: Path | None = None,
                  + f"{exp.variable}={value} seed={seed}")
         if path.exists():
             old = _read_record(path)
-            if old is not None and record_matches(old, exp, stratum, value):
+            if old is not None and record_matches(old, exp, stratum, value,
+                                                  seed):
                 log(f"{label}: done, skipped")
                 continue
             log(f"{label}: the record differs from the declaration "
@@ -582,9 +493,9 @@ def summary_table(exp: Experiment, records: list[dict],
 
 
 _SMALL = {"n_embd": 64, "n_head": 4, "n_layer": 2, "block_size": 64}
-_SHORT = {"steps": 200, "batch_size": 16, "eval_every": 50}
+_SHORT = {"steps": 200, "batch_size": 16, "eval_interval": 50}
 _TINY = {"n_embd": 64, "n_head": 4, "n_layer": 2, "block_size": 32}
-_TINY_RUN = {"steps": 150, "batch_size": 16, "eval_every": 50}
+_TINY_RUN = {"steps": 150, "batch_size": 16, "eval_interval": 50}
 
 EXPERIMENTS = {e.id: e for e in [
     Experiment(
@@ -616,7 +527,7 @@ EXPERIMENTS = {e.id: e for e in [
             "by more than 0.05 already at depth 2."),
         seeds=(0, 1, 2, 3, 4),
         model={"n_embd": 64, "n_head": 4, "block_size": 32},
-        run={"steps": 150, "batch_size": 16, "eval_every": 50,
+        run={"steps": 150, "batch_size": 16, "eval_interval": 50,
              "warmup_steps": 10},
         stratum="n_layer", strata=(2, 4, 8, 16), extras=("init_grads",)),
     Experiment(
@@ -707,7 +618,7 @@ EXPERIMENTS = {e.id: e for e in [
             "5.7 nats."),
         model={"n_embd": 64, "n_head": 4, "block_size": 32, "n_layer": 2,
                "norm_position": "post"},
-        run={"steps": 150, "batch_size": 16, "eval_every": 50}),
+        run={"steps": 150, "batch_size": 16, "eval_interval": 50}),
 ]}
 
 TABLE_METRICS = {
@@ -783,22 +694,6 @@ def shuffled_config(steps: int = 200, seed: int = 0,
                        eval_batches=eval_batches, seq_len=64, seed=seed)
 
 
-def heldout_nll(model: GPT, ids: torch.Tensor, T: int = 64) -> torch.Tensor:
-    """Loss in nats of every target of consecutive windows of T tokens,
-    in float64: (n T,) for n = (len(ids) - 1) // T. The spread of these
-    gives the standard error of a held-out loss; their mean is
-    transformer.training.evaluate(model, ids, T, B, None). Section
-    "Probes"."""
-    was_training = model.training
-    model.eval()
-    n = (len(ids) - 1) // T
-    with torch.no_grad():
-        logits, _ = model(ids[:n * T].view(n, T))  # (n, T, V)
-    model.train(was_training)
-    y = ids[1:n * T + 1].view(n, T)  # (n, T)
-    return cross_entropy(logits.double(), y, reduction="none").view(-1)
-
-
 def measure_e10(seed: int, smoke: bool = False) -> dict:
     """E10: the tiny preset's model overfits 200 training tokens; the
     loss over all of them after 300 steps. Section "Probes"."""
@@ -824,28 +719,25 @@ def measure_e13(seed: int, smoke: bool = False) -> dict:
     cfg = shuffled_config(4 if smoke else 200, seed)
     model = init_model(_tiny_config(smoke), seed)
     train(model, train_ids, val_ids, cfg)
-    nll = heldout_nll(model, val_ids)  # (n T,)
+    nll = heldout_losses(model, val_ids, 64, 32, None).view(-1)  # (n T,)
     return {"excess": nll.mean().item() - math.log(V),
             "se": (nll.std() / nll.numel() ** 0.5).item(),
             "n_tokens": nll.numel()}
 
 
 def _decode_times(model, prompt, n: int, cached: bool) -> list[float]:
-    """Seconds per greedy decode step, n steps after the prompt."""
-    from transformer.kv_cache import make_caches
-    T0 = prompt.shape[1]
-    caches = make_caches(model, 1, T0 + n) if cached else None
-    logits, _ = model(prompt, caches=caches)  # (1, T0, V)
-    seq, times = prompt, []
-    for t in range(n):
-        nxt = logits[:, -1:].argmax(-1)  # (1, 1)
-        seq = torch.cat([seq, nxt], dim=1)  # (1, T0 + t + 1)
-        t0 = time.perf_counter()
-        if cached:
-            logits, _ = model(nxt, start_pos=T0 + t, caches=caches)
-        else:
-            logits, _ = model(seq)
-        times.append(time.perf_counter() - t0)
+    """Seconds per greedy decode step, n steps after the prompt: the time
+    between consecutive tokens of the book's one decoding loop
+    (decode_stream, chapter "The KV cache"), the first token (after the
+    prefill) excluded."""
+    from transformer.kv_cache import decode_stream
+    times, last = [], None
+    for _ in decode_stream(model, prompt, n + 1, temperature=0,
+                           use_cache=cached):
+        now = time.perf_counter()
+        if last is not None:
+            times.append(now - last)
+        last = now
     return times
 
 

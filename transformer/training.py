@@ -4,6 +4,7 @@ from __future__ import annotations
 
 __all__ = [
     "TrainConfig",
+    "heldout_losses",
     "evaluate",
     "tokenizer_from_text",
     "save_checkpoint",
@@ -54,7 +55,10 @@ class TrainConfig:
     """Every setting of a training run, checked at construction.
 
     `seq_len` None trains on windows of the model's block_size;
-    `grad_clip` 0 turns clipping off; a checkpoint is written every
+    `grad_clip` 0 turns clipping off; the evaluations during the run use
+    windows drawn with `eval_seed` (None: `seed`); a non-finite loss or
+    gradient norm skips that update (`on_nonfinite` "skip") or ends the
+    run, marked diverged ("stop"); a checkpoint is written every
     `checkpoint_interval` steps (0: only at the end and on Ctrl-C or
     SIGTERM), which bounds what a hard kill can lose. Defined in chapter
     "Training", section "Configuration"."""
@@ -72,6 +76,8 @@ class TrainConfig:
     beta1: float = 0.9
     beta2: float = 0.95
     checkpoint_interval: int = 50
+    eval_seed: int | None = None
+    on_nonfinite: str = "skip"
 
     def __post_init__(self):
         for name, low in (("steps", 0), ("batch_size", 1),
@@ -102,54 +108,71 @@ class TrainConfig:
             if not (_is_number(value) and 0 <= value < 1):
                 raise ValueError(f"{name}: expected a number in [0, 1), "
                                  f"got {value!r}")
+        if self.eval_seed is not None and not (_is_int(self.eval_seed)
+                                               and self.eval_seed >= 0):
+            raise ValueError(f"eval_seed: expected None or an int >= 0, "
+                             f"got {self.eval_seed!r}")
+        if self.on_nonfinite not in ("skip", "stop"):
+            raise ValueError(f"on_nonfinite: expected 'skip' or 'stop', "
+                             f"got {self.on_nonfinite!r}")
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, ids: torch.Tensor, block_size: int,
-             batch_size: int, n_batches: int | None, seed: int = 0) -> float:
-    """Mean loss (nats/token) of `model` on held-out `ids`.
+def heldout_losses(model: torch.nn.Module, ids: torch.Tensor,
+                   block_size: int, batch_size: int, n_batches: int | None,
+                   seed: int = 0) -> torch.Tensor:
+    """Loss in nats of every target a held-out estimate scores, in
+    float64 on the CPU: (n, block_size), one row per window. The book's
+    one evaluator: `evaluate` is its mean, the ablations take a window's
+    head and tail from it and a standard error from its spread.
 
     With an int `n_batches`: that many batches of random windows drawn by a
     generator seeded with `seed`, so every call sees the same windows.
-    With n_batches=None: one pass over consecutive non-overlapping windows
-    covering the whole stream (every target token counted once). The model
-    is put in eval mode and restored. Defined in chapter "Training", section
-    "Held-out evaluation"."""
+    With n_batches=None: consecutive non-overlapping windows covering the
+    whole stream (every target counted once). The model is put in eval
+    mode and restored. Defined in chapter "Training", section "Held-out
+    evaluation"."""
+    from transformer.softmax import cross_entropy
     if n_batches is not None and not (_is_int(n_batches) and n_batches >= 1):
         raise ValueError(f"n_batches: expected None or an int >= 1, "
                          f"got {n_batches!r}")
     if not (_is_int(batch_size) and batch_size >= 1):
         raise ValueError(f"batch_size: expected an int >= 1, "
                          f"got {batch_size!r}")
+    if not (_is_int(block_size) and 1 <= block_size < len(ids)):
+        raise ValueError(f"block_size: expected an int in [1, len(ids) = "
+                         f"{len(ids)}), got {block_size!r}")
+    if n_batches is None:
+        n = (len(ids) - 1) // block_size  # whole windows
+        x_all = ids[:n * block_size].view(n, block_size)  # (n, T)
+        y_all = ids[1:n * block_size + 1].view(n, block_size)  # (n, T)
+        batches = [(x_all[i:i + batch_size], y_all[i:i + batch_size])
+                   for i in range(0, n, batch_size)]
+    else:
+        gen = torch.Generator().manual_seed(seed)
+        batches = [get_batch(ids, batch_size, block_size, gen)
+                   for _ in range(n_batches)]  # (B, T) each
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
-    total, count = 0.0, 0
+    rows = []
     try:
-        if n_batches is None:
-            if not (_is_int(block_size) and 1 <= block_size < len(ids)):
-                raise ValueError(f"block_size: expected an int in [1, "
-                                 f"len(ids) = {len(ids)}), got "
-                                 f"{block_size!r}")
-            n = (len(ids) - 1) // block_size  # whole windows
-            x_all = ids[:n * block_size].view(n, block_size)  # (n, T)
-            y_all = ids[1:n * block_size + 1].view(n, block_size)  # (n, T)
-            for i in range(0, n, batch_size):
-                x = x_all[i:i + batch_size].to(device)  # (B, T)
-                y = y_all[i:i + batch_size].to(device)  # (B, T)
-                _, loss = model(x, y)
-                total += loss.item() * y.numel()
-                count += y.numel()
-        else:
-            gen = torch.Generator().manual_seed(seed)
-            for _ in range(n_batches):
-                x, y = get_batch(ids, batch_size, block_size, gen)  # (B, T)
-                _, loss = model(x.to(device), y.to(device))
-                total += loss.item() * y.numel()
-                count += y.numel()
+        for x, y in batches:
+            logits, _ = model(x.to(device))  # (B, T, V)
+            rows.append(cross_entropy(logits.double(), y.to(device),
+                                      reduction="none").cpu())  # (B, T)
     finally:
         model.train(was_training)
-    return total / count
+    return torch.cat(rows)  # (n, T)
+
+
+def evaluate(model: torch.nn.Module, ids: torch.Tensor, block_size: int,
+             batch_size: int, n_batches: int | None, seed: int = 0) -> float:
+    """Mean loss (nats/token) of `model` on held-out `ids`: the mean of
+    heldout_losses (same arguments). Defined in chapter "Training",
+    section "Held-out evaluation"."""
+    return heldout_losses(model, ids, block_size, batch_size, n_batches,
+                          seed).mean().item()
 
 
 CHECKPOINT_FORMAT = "transformer-checkpoint"
@@ -466,8 +489,10 @@ def train(model: torch.nn.Module, train_ids: torch.Tensor,
     step, from step 1 of the run), "val_steps", "val_loss", and for this
     call "tokens", "train_s", "tokens_per_s", "wall_s", "cpu_s" (process
     CPU time: on a shared machine, closer to what an idle one would take),
-    "resumed_from", "skipped_steps" (non-finite gradients). Defined in chapter
-    "Training", section "The training loop"."""
+    "resumed_from", "skipped_steps" (non-finite steps whose update was
+    skipped) and "diverged" (the run stopped at a non-finite step, with
+    on_nonfinite "stop"). Defined in chapter "Training", section "The
+    training loop"."""
     t_wall, t_cpu = time.perf_counter(), time.process_time()
     if not isinstance(model, torch.nn.Module):
         raise ValueError(f"model: expected a torch.nn.Module, "
@@ -523,13 +548,15 @@ def train(model: torch.nn.Module, train_ids: torch.Tensor,
                             _rng_state(gen), hist, tokenizer, data)
             saved_step = step
 
+    eval_seed = cfg.seed if cfg.eval_seed is None else cfg.eval_seed
+
     def evaluate_now():
         hist["val_steps"].append(step)
         hist["val_loss"].append(evaluate(model, val_ids, seq_len,
                                          cfg.batch_size, cfg.eval_batches,
-                                         seed=cfg.seed))
+                                         seed=eval_seed))
 
-    tokens, train_s, skipped = 0, 0.0, 0
+    tokens, train_s, skipped, diverged = 0, 0.0, 0, False
     bar = None
     at_boundary = True
     interrupt = _DeferredInterrupt()
@@ -556,7 +583,9 @@ def train(model: torch.nn.Module, train_ids: torch.Tensor,
                 loss.backward()
                 norm = (clip_grad_norm(params, cfg.grad_clip)
                         if cfg.grad_clip > 0 else _global_norm(params))
-                if torch.isfinite(norm):
+                finite = bool(torch.isfinite(norm)) and math.isfinite(
+                    loss.item())
+                if finite:
                     optimizer.step()
                 else:
                     skipped += 1
@@ -567,6 +596,9 @@ def train(model: torch.nn.Module, train_ids: torch.Tensor,
                 hist["lr"].append(lr)
                 hist["grad_norm"].append(norm.item())
                 at_boundary = True
+                if not finite and cfg.on_nonfinite == "stop":
+                    diverged = True  # no evaluation of a broken model
+                    break
                 if step % cfg.eval_interval == 0 or step == cfg.steps:
                     evaluate_now()
                 if (cfg.checkpoint_interval
@@ -596,7 +628,8 @@ def train(model: torch.nn.Module, train_ids: torch.Tensor,
                 tokens_per_s=tokens / train_s if train_s else 0.0,
                 wall_s=time.perf_counter() - t_wall,
                 cpu_s=time.process_time() - t_cpu,
-                resumed_from=resumed_from, skipped_steps=skipped)
+                resumed_from=resumed_from, skipped_steps=skipped,
+                diverged=diverged)
     return hist
 
 
