@@ -373,8 +373,16 @@ def hf_small(small, tmp_path_factory):
     return hf_of(small, tmp_path_factory.mktemp("hf"))
 
 
+# Valid text of assigned code points only: `tokenizers` (Oniguruma) and
+# `regex` also carry different Unicode tables, so a character Unicode
+# assigned after 14.0 (U+328B0, say) is a letter to one and not the other.
+ASSIGNED_VALID_TEXTS = st.lists(
+    st.text(st.characters(exclude_categories=("Cs", "Cn")), max_size=10)
+    | PIECES, max_size=10).map("".join)
+
+
 @settings(max_examples=300, deadline=None)
-@given(text=VALID_TEXTS)
+@given(text=ASSIGNED_VALID_TEXTS)
 def test_tokenizer_json_gives_the_same_ids(small, hf_small, text):
     ids = small.encode(text, allowed_special="all")
     assert hf_small(text)["input_ids"] == ids
