@@ -744,8 +744,9 @@ def _decode_times(model, prompt, n: int, cached: bool) -> list[float]:
 def measure_e11(seed: int, smoke: bool = False) -> dict:
     """E11: per-token greedy decode latency of the tiny shape (one
     thread), with the KV cache and without: the p50 over a run of 512 new
-    tokens against the p50 over a run of 32 (the issue's measure), and,
-    inside the 512-token run, its last 32 steps against its first 32.
+    tokens against the p50 over a run of 32 (the measure the prediction
+    names), and, inside the 512-token run, its last 32 steps against its
+    first 32.
     Section "Probes"."""
     short, n = (8, 64) if smoke else (32, 512)
     model = init_model(_tiny_config(smoke, block_size=16 + n), seed).eval()
