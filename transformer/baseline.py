@@ -8,6 +8,7 @@ __all__ = [
     "unigram_loss",
     "bigram_counts",
     "bigram_loss",
+    "baseline_losses",
     "BigramLM",
     "compressed_bits_per_byte",
 ]
@@ -138,6 +139,27 @@ def bigram_loss(counts: torch.Tensor, eval_ids: torch.Tensor,
     num = c[eval_ids[:-1], eval_ids[1:]] + alpha  # (M,)
     den = c.sum(1)[eval_ids[:-1]] + alpha * V  # (M,)
     return -(num / den).log().mean().item()
+
+
+ALPHAS = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0)
+
+
+def baseline_losses(train_ids: torch.Tensor, val_ids: torch.Tensor,
+                    vocab_size: int, alphas=ALPHAS) -> dict:
+    """The two references every model is measured against: the held-out
+    loss of the add-one unigram, and of the add-alpha bigram with alpha
+    chosen from `alphas` on the last tenth of the training ids (then
+    counted on all of them). Returns {"unigram", "bigram", "alpha",
+    "dev": the development loss at each alpha}. Chapter "Data, the bigram
+    baseline and the entropy floor", section "The bigram model, counted"."""
+    cut = int(0.9 * len(train_ids))
+    fit_counts = bigram_counts(train_ids[:cut], vocab_size)
+    dev = [bigram_loss(fit_counts, train_ids[cut:], a) for a in alphas]
+    alpha = alphas[min(range(len(alphas)), key=dev.__getitem__)]
+    counts = bigram_counts(train_ids, vocab_size)
+    return {"unigram": unigram_loss(train_ids, val_ids, vocab_size),
+            "bigram": bigram_loss(counts, val_ids, alpha), "alpha": alpha,
+            "dev": dev}
 
 
 class BigramLM(torch.nn.Module):

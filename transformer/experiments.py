@@ -6,6 +6,7 @@ __all__ = [
     "Experiment",
     "init_grad_norms",
     "attention_entropy",
+    "config_hash",
     "run_point",
     "run_probe",
     "default_results_dir",
@@ -26,6 +27,7 @@ __all__ = [
 ]
 
 
+import hashlib
 import json
 import math
 import os
@@ -41,7 +43,7 @@ from pathlib import Path
 import torch
 
 from transformer.attention import attention, causal_mask
-from transformer.baseline import get_batch, token_stream
+from transformer.baseline import baseline_losses, get_batch, token_stream
 from transformer.model import GPT, GPTConfig
 from transformer.positions import apply_rope
 from transformer.stats import format_summary, summarize
@@ -49,6 +51,8 @@ from transformer.training import (PRESETS, TrainConfig, evaluate,
                                   heldout_losses, init_model, train)
 
 EVAL_SEED = 1234  # every run is scored on the same held-out windows
+BYTES = 257  # byte-level: the 256 bytes and <|endoftext|>, no merges
+BIGRAM_MARGIN = 0.1  # every arm must end this far below its own bigram
 
 
 # The recipe every run of every experiment shares, on top of TrainConfig's
@@ -83,7 +87,8 @@ class Experiment:
     stratum: str | None = None
     strata: tuple = (None,)
     extras: tuple = ()
-    vocab_size: int = 1024
+    vocab_size: int = BYTES
+    overrides: dict = field(default_factory=dict)
     is_smoke: bool = False
 
     def __post_init__(self):
@@ -111,6 +116,11 @@ class Experiment:
                                                    - _RUN_FIELDS)
         if bad:
             raise ValueError(f"model: unknown fields {sorted(bad)}")
+        for value, arm in self.overrides.items():
+            if value not in self.values or set(arm) - known:
+                raise ValueError(f"overrides: expected {{value: {{field: "
+                                 f"setting}}}} for values in "
+                                 f"{self.values}, got {value!r}: {arm!r}")
 
     def points(self) -> list[tuple]:
         """Every (stratum value, variable value, seed) this grid runs,
@@ -122,11 +132,14 @@ class Experiment:
                 seed: int = 0) -> tuple[GPTConfig, TrainConfig]:
         """The model and training configuration of one grid point and
         seed: RECIPE, then the declaration's `run`, then the stratum and
-        the variable (raises ValueError on an inconsistent combination,
-        as the dataclasses do)."""
+        the variable, then the arm's `overrides` (E6 gives post-norm its
+        own learning rate and warm-up). Raises ValueError on an
+        inconsistent combination, as the dataclasses do."""
         m = {"vocab_size": self.vocab_size, **self.model}
         r = {**RECIPE, **self.run, "seed": seed}
-        for name, v in ((self.stratum, stratum), (self.variable, value)):
+        pairs = [(self.stratum, stratum), (self.variable, value),
+                 *self.overrides.get(value, {}).items()]
+        for name, v in pairs:
             if name is not None:
                 (m if name in _MODEL_FIELDS else r)[name] = v
         return GPTConfig(**m), TrainConfig(**r)
@@ -145,14 +158,14 @@ class Experiment:
             r["steps"] = max(self.values) + 2
         values = self.values
         if self.variable == "vocab_size":  # two tokenizers, not four
-            values = (512, 1024)
+            values = (BYTES, 512)
         strata = self.strata
         if self.stratum == "n_layer":
             strata = (1, 2)
         elif len(strata) > 2:
             strata = strata[:2]
         return replace(self, model=m, run=r, seeds=(0, 1), strata=strata,
-                       values=values, is_smoke=True)
+                       values=values, overrides={}, is_smoke=True)
 
 
 def _git_commit() -> str:
@@ -242,19 +255,35 @@ def _run_name(exp: Experiment, stratum, value, seed) -> str:
     return re.sub(r"[^A-Za-z0-9_.=-]", "-", name) + ".json"
 
 
+def config_hash(mc: GPTConfig, cfg: TrainConfig) -> str:
+    """A short sha256 of both configurations as JSON (sorted keys): two
+    records with one hash were trained from the same full recipe."""
+    text = json.dumps({"model": asdict(mc), "run": asdict(cfg)},
+                      sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def run_point(exp: Experiment, stratum, value, seed: int, data,
-              progress=None) -> dict:
+              progress=None, reference: dict | None = None) -> dict:
     """Run one grid point: build the model with `torch.manual_seed(seed)`,
     measure what `exp.extras` asks for at initialisation, train it with
     the book's one training loop (chapter "Training"), evaluate, and
-    return the record that is written as JSON. `progress(step, steps,
-    val_loss)` is called after each evaluation. Section "The runner"."""
+    return the record that is written as JSON, with the unigram and
+    bigram references of its tokenization (`reference`, from
+    baseline_losses when not given) and its distance to both.
+    `progress(step, steps, val_loss)` is called after each evaluation.
+    Section "The runner"."""
     _, train_ids, val_ids = data
     mc, cfg = exp.configs(stratum, value, seed)
+    if reference is None:
+        reference = baseline_losses(train_ids, val_ids, mc.vocab_size)
     model = init_model(mc, seed)
     rec = {"experiment": exp.id, "variable": exp.variable, "value": value,
            "stratum_name": exp.stratum, "stratum": stratum, "seed": seed,
            "git_commit": _git_commit(), "smoke": exp.is_smoke,
+           "config_hash": config_hash(mc, cfg),
+           "reference": {k: reference[k] for k in ("unigram", "bigram",
+                                                   "alpha")},
            "model_config": asdict(mc), "run_config": asdict(cfg),
            "n_params": model.n_params(),
            "tokens": cfg.steps * cfg.batch_size * mc.block_size,
@@ -284,6 +313,9 @@ def run_point(exp: Experiment, stratum, value, seed: int, data,
     else:
         final["val_loss"] = evaluate(model, val_ids, mc.block_size,
                                      cfg.batch_size, n_eval, EVAL_SEED)
+    # distances to the references, positive when the model is below them
+    final["below_unigram"] = reference["unigram"] - final["val_loss"]
+    final["below_bigram"] = reference["bigram"] - final["val_loss"]
     if "long_context" in exp.extras:
         T = mc.block_size
         if mc.pos_encoding == "learned" or rec["diverged"]:
@@ -302,6 +334,8 @@ def run_point(exp: Experiment, stratum, value, seed: int, data,
         final["bits_per_byte"] = (final["val_loss"] / math.log(2)
                                   / rec["bytes_per_token"])
         final["window_bytes"] = mc.block_size * rec["bytes_per_token"]
+        final["below_bigram_bpb"] = (final["below_bigram"] / math.log(2)
+                                     / rec["bytes_per_token"])
     if "attn_entropy" in exp.extras:
         init = rec["init_attn_entropy"]
         final["attn_entropy_init"] = sum(init) / len(init)
@@ -401,6 +435,7 @@ def run_experiment(exp: Experiment, root: Path | None = None,
     out.mkdir(parents=True, exist_ok=True)
     points = exp.points()
     streams = {} if data is None else {exp.vocab_size: data}  # by V (E9)
+    references = {}  # by V: the unigram and bigram of that tokenization
     started, done_now = time.perf_counter(), 0
     for i, (stratum, value, seed) in enumerate(points, 1):
         path = out / _run_name(exp, stratum, value, seed)
@@ -421,14 +456,19 @@ def run_experiment(exp: Experiment, root: Path | None = None,
             V = exp.configs(stratum, value)[0].vocab_size
             if V not in streams:
                 streams[V] = token_stream(V)
-            rec = run_point(exp, stratum, value, seed, streams[V])
+            if V not in references:
+                references[V] = baseline_losses(*streams[V][1:], V)
+            rec = run_point(exp, stratum, value, seed, streams[V],
+                            reference=references[V])
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(rec, indent=1, allow_nan=True) + "\n")
         tmp.replace(path)
         done_now += 1
         per_run = (time.perf_counter() - started) / done_now
         left = len(points) - i
-        headline = next(iter(rec["final"].items()))
+        headline = (("val_loss", rec["final"]["val_loss"])
+                    if "val_loss" in rec["final"]
+                    else next(iter(rec["final"].items())))
         log(f"{label}: {headline[0]} {headline[1]:.4f} in "
             f"{rec['wall_s_total']:.1f} s; about {per_run * left / 60:.1f}"
             f" min left")
@@ -492,60 +532,88 @@ def summary_table(exp: Experiment, records: list[dict],
     return "\n".join(lines)
 
 
-_SMALL = {"n_embd": 64, "n_head": 4, "n_layer": 2, "block_size": 64}
-_SHORT = {"steps": 200, "batch_size": 16, "eval_interval": 50}
-_TINY = {"n_embd": 64, "n_head": 4, "n_layer": 2, "block_size": 32}
-_TINY_RUN = {"steps": 150, "batch_size": 16, "eval_interval": 50}
+_BYTE_MODEL = {"n_embd": 96, "n_head": 4, "n_layer": 3, "block_size": 64}
+_BYTE_RUN = {"steps": 400, "batch_size": 32, "eval_interval": 100,
+             "warmup_steps": 20}
+# E6 and E14: a narrower model, so that sixteen blocks fit the budget
+_DEEP_MODEL = {"n_embd": 64, "n_head": 4, "block_size": 64}
+# post-norm's own recipe for E6, the best mean held-out loss of E14's
+# declared sweep (section "E14"); filled in after E14 ran, before E6 ran
+POST_NORM_RUN = {}
 
 EXPERIMENTS = {e.id: e for e in [
     Experiment(
         "E4", "Positional encodings, with the none control",
-        "pos_encoding", ("none", "learned", "sinusoidal", "rope"),
+        "pos_encoding", ("none", "learned", "sinusoidal",
+                         "sinusoidal-matched", "rope"),
         prediction=(
-            "At the trained length (64) every encoding beats none, and "
-            "learned, sinusoidal and rope land within 0.05 nats of each "
-            "other. Evaluated on windows of twice that length, the loss on "
-            "the unseen positions 64-127 rises least for none and rope and "
-            "most for sinusoidal; learned cannot be evaluated there."),
+            "At the trained length (64 bytes) every encoding beats none by "
+            "more than 0.02 nats; learned, rope and sinusoidal-matched land "
+            "within 0.05 nats of each other; the unscaled sinusoidal table "
+            "(35 times the token embeddings' size at initialisation) is "
+            "worse than the matched one by more than 0.02 nats. On windows "
+            "of twice the trained length, the loss on the unseen positions "
+            "64-127 rises least for none and rope and most for the "
+            "sinusoidal arms; learned cannot be evaluated there."),
         falsifier=(
             "none within 0.02 nats of the best encoding at the trained "
-            "length, or sinusoidal's rise on positions 64-127 smaller than "
-            "rope's."),
-        seeds=(0, 1, 2, 3, 4), model=_SMALL, run=_SHORT,
+            "length; or sinusoidal no worse than sinusoidal-matched (a "
+            "paired interval that includes zero); or rope's rise on "
+            "positions 64-127 larger than the matched sinusoidal arm's."),
+        seeds=(0, 1, 2, 3, 4), model=_BYTE_MODEL, run=_BYTE_RUN,
         extras=("long_context",)),
+    Experiment(
+        "E14", "Post-norm's learning rate and warm-up, a declared sweep",
+        "warmup_steps", (20, 200),
+        prediction=(
+            "Post-norm's plateau at the unigram loss (seen at depth 2 in an "
+            "uncounted pilot at lr 3e-3 with 20 warm-up steps) is a "
+            "learning-rate and warm-up problem: at depth 4, lr 1e-3 or "
+            "below, or 200 warm-up steps, ends more than 0.1 nats below the "
+            "bigram. The best (lr, warm-up) pair becomes post-norm's recipe "
+            "in E6."),
+        falsifier=(
+            "every (lr, warm-up) pair ends less than 0.1 nats below the "
+            "bigram."),
+        seeds=(0, 1),
+        model={**_DEEP_MODEL, "n_layer": 4, "norm_position": "post"},
+        run=_BYTE_RUN, stratum="lr", strata=(3e-4, 1e-3, 3e-3)),
     Experiment(
         "E6", "Pre-norm against post-norm across depth",
         "norm_position", ("pre", "post"),
         prediction=(
-            "At depths 2 and 4 pre- and post-norm reach held-out losses "
-            "within 0.05 nats; from depth 8 post-norm is worse by more than "
-            "0.05 nats and its gradient norm during training spikes higher. "
-            "At initialisation (GPT-2's init) the per-block gradient norms "
-            "of the two differ by less than a factor of 2 at every depth."),
+            "With post-norm on its own recipe (E14), the two placements "
+            "reach held-out losses within 0.05 nats of each other at depths "
+            "2 and 4; post-norm falls behind by more than 0.05 nats (a "
+            "paired interval above 0.05) at depth 8 or 16, and that depth "
+            "is where it starts to fail. Its maximum gradient norm during "
+            "training is higher than pre-norm's at every depth. At "
+            "initialisation (GPT-2's init) the per-block gradient norms of "
+            "the two differ by less than a factor of 2 at every depth."),
         falsifier=(
-            "post-norm within 0.05 nats of pre-norm at depth 16, or worse "
-            "by more than 0.05 already at depth 2."),
-        seeds=(0, 1, 2, 3, 4),
-        model={"n_embd": 64, "n_head": 4, "block_size": 32},
-        run={"steps": 150, "batch_size": 16, "eval_interval": 50,
-             "warmup_steps": 10},
+            "post-norm within 0.05 nats of pre-norm at depth 16 (no failure "
+            "depth in range), or worse by more than 0.05 already at depth "
+            "2."),
+        model=_DEEP_MODEL, run=_BYTE_RUN, overrides={"post": POST_NORM_RUN},
         stratum="n_layer", strata=(2, 4, 8, 16), extras=("init_grads",)),
     Experiment(
         "E2", "Head count at fixed width", "n_head", (1, 2, 4, 8, 16),
         prediction=(
-            "Loss falls from 1 to 4 heads and is flat or worse at 16 heads, "
-            "where each head has only 4 dimensions."),
+            "Loss falls from 1 to 4 heads by more than 0.02 nats, and 16 "
+            "heads, each only 6 dimensions wide, are worse than 4 by more "
+            "than 0.02 nats: somewhere between head widths 24 and 6 a head "
+            "becomes too narrow."),
         falsifier=(
-            "16 heads give the lowest mean loss, or 1 head lies within "
-            "0.02 nats of the best."),
-        model=_TINY, run=_TINY_RUN),
+            "16 heads within 0.02 nats of 4 heads or better, or 1 head "
+            "within 0.02 nats of the best."),
+        model=_BYTE_MODEL, run=_BYTE_RUN),
     Experiment(
         "E3", "Feed-forward expansion ratio", "ffn_mult", (1, 2, 4, 8),
         prediction=(
             "Loss falls as the ratio grows, with shrinking returns: 8 "
             "beats 4 by less than 0.02 nats at this token budget."),
         falsifier="ratio 1 within 0.02 nats of ratio 4.",
-        model=_TINY, run=_TINY_RUN),
+        model=_BYTE_MODEL, run=_BYTE_RUN),
     Experiment(
         "E5", "LayerNorm against RMSNorm", "norm", ("layernorm", "rmsnorm"),
         prediction=(
@@ -554,25 +622,26 @@ EXPERIMENTS = {e.id: e for e in [
         falsifier=(
             "a paired loss difference whose interval excludes zero and "
             "exceeds 0.05 nats, or RMSNorm slower."),
-        model=_TINY, run=_TINY_RUN),
+        model=_BYTE_MODEL, run=_BYTE_RUN),
     Experiment(
         "E7", "Warm-up against none, at three learning rates",
-        "warmup_steps", (0, 15),
+        "warmup_steps", (0, 50),
         prediction=(
             "Warm-up makes no difference at lr 1e-3 (under 0.02 nats) and "
             "helps by more than 0.05 nats at lr 1e-2."),
         falsifier="no warm-up better than warm-up at lr 1e-2.",
-        model=_TINY, run={**_TINY_RUN, "min_lr": 1e-4},
+        model=_BYTE_MODEL, run={**_BYTE_RUN, "min_lr": 1e-4},
         stratum="lr", strata=(1e-3, 3e-3, 1e-2)),
     Experiment(
         "E8", "Weight tying on and off", "tie_weights", (True, False),
         prediction=(
-            "Untying adds V * D = 65,536 parameters and does not lower the "
-            "held-out loss at this budget: tied is as good or better."),
+            "Untying adds V * D = 257 * 96 = 24,672 parameters and does not "
+            "lower the held-out loss at this budget: tied is as good or "
+            "better."),
         falsifier=(
             "untied better by more than 0.02 nats with an interval "
             "excluding zero."),
-        model=_TINY, run=_TINY_RUN),
+        model=_BYTE_MODEL, run=_BYTE_RUN),
     Experiment(
         "E1", "The 1/sqrt(d_k) score scale on and off", "attn_scale",
         (True, False),
@@ -582,57 +651,46 @@ EXPERIMENTS = {e.id: e for e in [
             "so the attention entropy at initialisation is within 1% of "
             "the uniform maximum for both, and the total gradient norms at "
             "initialisation differ by under 10%. After training, the "
-            "unscaled model (scores sqrt(32) = 5.7 times larger) has the "
+            "unscaled model (scores sqrt(48) = 6.9 times larger) has the "
             "lower attention entropy and a held-out loss no better than "
             "the scaled one."),
         falsifier=(
             "unscaled better than scaled by more than 0.02 nats with a "
             "paired interval excluding zero, or initial entropies that "
             "differ by more than 5%."),
-        model={**_TINY, "n_head": 2}, run=_TINY_RUN,
+        model={**_BYTE_MODEL, "n_head": 2}, run=_BYTE_RUN,
         extras=("attn_entropy", "init_grads")),
     Experiment(
         "E9", "Vocabulary size against sequence length, per byte",
-        "vocab_size", (512, 1024, 2048, 4096),
+        "vocab_size", (BYTES, 512, 1024, 2048),
         prediction=(
-            "With the window fixed at 32 tokens and the budget at 76,800 "
+            "With the window fixed at 64 tokens and the budget at 819,200 "
             "tokens, a larger vocabulary puts more bytes in every window "
             "and every step, and lowers the held-out bits per byte from "
-            "512 to 2048; at 4096 the 4096 x 64 embedding table has too "
+            "bytes to 1024; at 2048 the 2048 x 96 embedding table has too "
             "many rows to learn from this budget, and it is no better "
-            "than 2048."),
+            "than 1024."),
         falsifier=(
-            "bits per byte higher at 1024 than at 512, or 4096 better than "
-            "2048 by more than 0.02 bits per byte with a paired interval "
-            "excluding zero."),
-        model=_TINY, run=_TINY_RUN, extras=("per_byte",)),
-    Experiment(
-        "E14", "Hypothesis: post-norm's plateau is a warm-up problem",
-        "warmup_steps", (10, 100),
-        prediction=(
-            "E6's post-norm models stall near the unigram loss because 10 "
-            "warm-up steps are too few: with 100, post-norm at depth 2 ends "
-            "below 5.6 nats, off the plateau."),
-        falsifier=(
-            "with 100 warm-up steps post-norm at depth 2 still ends above "
-            "5.7 nats."),
-        model={"n_embd": 64, "n_head": 4, "block_size": 32, "n_layer": 2,
-               "norm_position": "post"},
-        run={"steps": 150, "batch_size": 16, "eval_interval": 50}),
+            "bits per byte higher at 512 than at bytes (257), or 2048 "
+            "better than 1024 by more than 0.02 bits per byte with a "
+            "paired interval excluding zero."),
+        model=_BYTE_MODEL, run=_BYTE_RUN, extras=("per_byte",)),
 ]}
 
+_REFS = ("below_bigram", "below_unigram")
 TABLE_METRICS = {
-    "E4": ("val_loss", "val_loss_2x", "val_loss_2x_tail"),
-    "E6": ("val_loss", "train_loss", "max_grad_norm"),
-    "E2": ("val_loss", "n_params"),
-    "E3": ("val_loss", "n_params"),
-    "E5": ("val_loss", "tokens_per_s"),
-    "E7": ("val_loss", "max_grad_norm"),
-    "E8": ("val_loss", "n_params"),
-    "E14": ("val_loss", "train_loss"),
-    "E1": ("val_loss", "attn_entropy_init", "attn_entropy",
+    "E4": ("val_loss", *_REFS, "val_loss_2x", "val_loss_2x_tail"),
+    "E6": ("val_loss", *_REFS, "train_loss", "max_grad_norm"),
+    "E2": ("val_loss", *_REFS, "n_params"),
+    "E3": ("val_loss", *_REFS, "n_params"),
+    "E5": ("val_loss", *_REFS, "tokens_per_s"),
+    "E7": ("val_loss", *_REFS, "max_grad_norm"),
+    "E8": ("val_loss", *_REFS, "n_params"),
+    "E14": ("val_loss", *_REFS, "train_loss"),
+    "E1": ("val_loss", *_REFS, "attn_entropy_init", "attn_entropy",
            "grad_norm_init"),
-    "E9": ("bits_per_byte", "val_loss", "window_bytes", "n_params"),
+    "E9": ("bits_per_byte", "below_bigram_bpb", "val_loss", *_REFS,
+           "window_bytes", "n_params"),
     "E10": ("corpus_loss", "below_0.1"),
     "E11": ("cached_ratio", "cached_within", "uncached_ratio",
             "cached_p50_ms", "uncached_p50_ms"),

@@ -77,7 +77,14 @@ class GPTConfig:
 
 _NORMS = ("layernorm", "rmsnorm")
 _NORM_POSITIONS = ("pre", "post")
-_POS_ENCODINGS = ("learned", "sinusoidal", "rope", "none")
+_POS_ENCODINGS = ("learned", "sinusoidal", "sinusoidal-matched", "rope",
+                  "none")
+# "sinusoidal-matched" multiplies the table of eq-pos-sinusoidal by this, so
+# its RMS (1/sqrt(2) before scaling) equals the token embeddings' initial
+# standard deviation 0.02: position and content enter at one amplitude, the
+# role the sqrt(D) embedding scale plays in Vaswani et al. (section "A
+# consequence of the initialisation for sinusoidal positions").
+SINUSOIDAL_MATCHED_SCALE = 0.02 * math.sqrt(2)
 
 
 def _check_config(c: GPTConfig) -> None:
@@ -107,7 +114,7 @@ def _check_config(c: GPTConfig) -> None:
         raise ValueError(f"n_head: RoPE rotates pairs, so head_dim = "
                          f"n_embd / n_head must be even, got "
                          f"{c.head_dim}")
-    if c.pos_encoding == "sinusoidal" and c.n_embd % 2:
+    if c.pos_encoding.startswith("sinusoidal") and c.n_embd % 2:
         raise ValueError(f"n_embd: sinusoidal positions need an even "
                          f"width, got {c.n_embd}")
     if not c.rope_base > 0:
@@ -340,9 +347,12 @@ class GPT(nn.Module):
         if cfg.pos_encoding == "learned":
             # a slice: the same rows as self.wpe(arange), no gather
             x = x + self.wpe.weight[start_pos:start_pos + T]  # (B, T, D)
-        elif cfg.pos_encoding == "sinusoidal":
-            x = x + sinusoidal_encoding(T, cfg.n_embd, offset=start_pos,
+        elif cfg.pos_encoding.startswith("sinusoidal"):
+            table = sinusoidal_encoding(T, cfg.n_embd, offset=start_pos,
                                         dtype=x.dtype, device=x.device)
+            if cfg.pos_encoding == "sinusoidal-matched":
+                table = table * SINUSOIDAL_MATCHED_SCALE
+            x = x + table  # (B, T, D)
         x = self.drop(x)  # (B, T, D)
         for i, block in enumerate(self.blocks):
             x = block(x, start_pos, None if caches is None else caches[i])
