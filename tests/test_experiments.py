@@ -3,6 +3,7 @@ time"): declarations, smoke runs, resume, records, summaries, probes."""
 import dataclasses
 import json
 import math
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,10 +13,12 @@ import torch
 from transformer.baseline import token_stream
 from transformer.experiments import (EXPERIMENTS, PROBES, RECIPE,
                                      Experiment, Probe, attention_entropy,
+                                     config_hash,
                                      init_grad_norms, run_experiment,
                                      summary_rows, summary_table)
 from transformer.cli import main as cli
 from transformer.model import GPT, GPTConfig
+from transformer.training import TrainConfig, init_model, train
 from transformer.stats import summarize
 
 ROOT = Path(__file__).resolve().parents[1] / "results" / "experiments"
@@ -224,24 +227,79 @@ def test_init_grad_norms(data):
     assert math.isclose(norms[1], direct, rel_tol=1e-5, abs_tol=0)
 
 
-@pytest.mark.parametrize("exp_id", ["E4", "E6"])
-def test_committed_records_complete(exp_id):
-    exp = EXPERIMENTS[exp_id]
-    recs = [json.loads(p.read_text())
+def _committed(exp_id):
+    return [json.loads(p.read_text())
             for p in sorted((ROOT / exp_id).glob("*.json"))]
+
+
+def _one_clean_revision(exp_id, recs):
+    commits = {r["git_commit"] for r in recs}
+    assert len(commits) == 1, f"{exp_id} mixes revisions: {commits}"
+    (commit,) = commits
+    assert re.fullmatch(r"[0-9a-f]{40}", commit), commit  # not +dirty
+
+
+@pytest.mark.parametrize("exp", GRIDS, ids=lambda e: e.id)
+def test_committed_records_complete_and_from_one_revision(exp):
+    """Every grid point of every declared experiment has its record; the
+    record's configuration is exactly what the declaration gives now
+    (`fused` included), its hash matches, it carries the unigram and
+    bigram references of its tokenization, and all records of one
+    experiment (one table) come from one clean commit."""
+    recs = _committed(exp.id)
     have = {(r["stratum"], r["value"], r["seed"]) for r in recs}
     assert have == set(exp.points())
+    _one_clean_revision(exp.id, recs)
     for r in recs:
-        mc, rc = exp.configs(r["stratum"], r["value"])
-        # records written before a field existed ran with its default;
-        # `fused` chooses an implementation, not a model, so it may differ
-        recorded = {f.name: f.default for f in dataclasses.fields(mc)
-                    if f.default is not dataclasses.MISSING}
-        recorded |= r["model_config"]
-        recorded.pop("fused")
-        assert recorded == {k: v for k, v in mc.__dict__.items()
-                            if k != "fused"}
+        mc, rc = exp.configs(r["stratum"], r["value"], r["seed"])
+        assert r["model_config"] == json.loads(json.dumps(
+            dataclasses.asdict(mc)))
+        assert r["run_config"] == json.loads(json.dumps(
+            dataclasses.asdict(rc)))
+        assert r["config_hash"] == config_hash(mc, rc)
+        assert r["reference"]["bigram"] < r["reference"]["unigram"]
         assert r["tokens"] == rc.steps * rc.batch_size * mc.block_size
+
+
+def test_a_planted_mixed_revision_is_caught(tmp_path):
+    """The one-revision check above fails on a table that mixes two."""
+    recs = _committed("E8")
+    _one_clean_revision("E8", recs)
+    for planted in ("0" * 40, recs[0]["git_commit"] + "+dirty"):
+        mixed = [{**recs[0], "git_commit": planted}, *recs[1:]]
+        with pytest.raises(AssertionError, match="mixes revisions"):
+            _one_clean_revision("E8", mixed)
+
+
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("exp", GRIDS, ids=lambda e: e.id)
+def test_a_record_reproduces_its_first_logged_losses(exp):
+    """The committed record of each experiment's first grid point, seed
+    0, is rebuilt from its own configuration and trained for three steps
+    with the one training loop: its first three training losses must come
+    back (bit-identical on the machine that wrote them; 1e-4 across
+    machines, whose kernels round differently)."""
+    stratum, value, seed = exp.points()[0]
+    (rec,) = [r for r in _committed(exp.id) if r["stratum"] == stratum
+              and r["value"] == value and r["seed"] == seed]
+    mc = GPTConfig(**rec["model_config"])
+    cfg = TrainConfig(**rec["run_config"])
+    tok, train_ids, val_ids = token_stream(mc.vocab_size)
+    model = init_model(mc, seed)
+    seen = {}
+
+    def stop(step, hist):
+        if step == 3:
+            seen["loss"] = list(hist["train_loss"])
+            raise _Stop
+
+    with pytest.raises(_Stop):
+        train(model, train_ids, val_ids, cfg, callback=stop)
+    got, want = seen["loss"], rec["train_loss"][:3]
+    assert max(abs(a - b) for a, b in zip(got, want)) < 1e-4, (got, want)
 
 
 def test_probes_smoke_resume_and_records(tmp_path, capsys):
@@ -298,3 +356,48 @@ def test_heldout_losses_per_token_average_to_evaluate():
     assert nll.shape == ((200 - 1) // 16 * 16,) and nll.dtype == torch.float64
     assert model.training
     assert nll.mean().item() == evaluate(model, ids, 16, 4, None)
+
+
+def _interval(lo, hi):
+    from transformer.stats import Summary
+    return Summary(n=3, mean=(lo + hi) / 2, sd=float("nan"),
+                   se=float("nan"), lo=lo, hi=hi, level=0.95, method="t")
+
+
+@pytest.mark.parametrize("lo,hi,claim,margin,want", [
+    (-0.3, -0.2, "below", 0.1, "held"),
+    (-0.3, -0.05, "below", 0.1, "inconclusive"),
+    (-0.09, 0.2, "below", 0.1, "failed"),
+    (0.2, 0.3, "above", 0.1, "held"),
+    (0.05, 0.3, "above", 0.1, "inconclusive"),
+    (-0.317, 0.506, "above", 0.05, "inconclusive"),  # E7's old "held"
+    (-0.01, 0.01, "within", 0.02, "held"),
+    (-0.01, 0.03, "within", 0.02, "inconclusive"),
+    (0.03, 0.05, "within", 0.02, "failed"),
+    (-0.05, -0.03, "within", 0.02, "failed"),
+    (-0.01, 0.4, "not_below", 0.02, "held"),
+    (-0.1, -0.05, "not_below", 0.02, "failed"),
+    (-0.1, 0.05, "not_above", 0.02, "inconclusive"),
+])
+def test_judge_decides_on_the_whole_interval(lo, hi, claim, margin, want):
+    from transformer.experiments import judge
+    assert judge(_interval(lo, hi), claim, margin) == want
+
+
+def test_judge_complements_and_bad_input():
+    from transformer.experiments import all_of, judge
+    flip = {"held": "failed", "failed": "held",
+            "inconclusive": "inconclusive"}
+    for lo in (-0.3, -0.12, -0.1, -0.05, 0.0, 0.2):
+        for width in (0.01, 0.1, 0.5):
+            d = _interval(lo, lo + width)
+            assert judge(d, "below", 0.1) == flip[judge(d, "not_below",
+                                                        0.1)] or \
+                d.hi == -0.1  # the boundary belongs to not_below
+    assert all_of("held", "held") == "held"
+    assert all_of("held", "inconclusive") == "inconclusive"
+    assert all_of("inconclusive", "failed") == "failed"
+    with pytest.raises(ValueError, match="claim"):
+        judge(_interval(0, 1), "less")
+    with pytest.raises(ValueError, match="margin"):
+        judge(_interval(0, 1), "below", -0.1)

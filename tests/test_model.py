@@ -324,3 +324,46 @@ def test_config_is_frozen_and_replace_checks():
     assert dataclasses.replace(cfg, n_head=4).head_dim == 2
     with pytest.raises(ValueError, match="n_embd"):
         dataclasses.replace(cfg, n_head=3)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_post_norm_matches_torch_encoder_layer(fused):
+    """Post-norm has no GPT-2 to compare with; PyTorch's own
+    nn.TransformerEncoderLayer(norm_first=False) is the oracle: each of
+    our post-norm blocks, given its weights, must compute the same as
+    that layer with a causal mask (tanh GELU, no dropout)."""
+    import torch.nn.functional as F
+    torch.manual_seed(0)
+    cfg = GPTConfig(vocab_size=11, block_size=8, n_layer=3, n_head=2,
+                    n_embd=16, norm_position="post", pos_encoding="none",
+                    fused=fused)
+    model = GPT(cfg).eval()
+    with torch.no_grad():  # move biases and gains off 0 and 1
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    x = torch.randn(2, 8, 16)  # (B, T, D)
+    mask = torch.nn.Transformer.generate_square_subsequent_mask(8)
+    ref = x
+    for block in model.blocks:
+        layer = torch.nn.TransformerEncoderLayer(
+            16, 2, dim_feedforward=64, dropout=0.0, batch_first=True,
+            norm_first=False, activation=lambda h: F.gelu(
+                h, approximate="tanh")).eval()
+        a, m = block.attn, block.mlp
+        with torch.no_grad():  # ours store (in, out); torch (out, in)
+            layer.self_attn.in_proj_weight.copy_(a.c_attn.weight.T)
+            layer.self_attn.in_proj_bias.copy_(a.c_attn.bias)
+            layer.self_attn.out_proj.weight.copy_(a.c_proj.weight.T)
+            layer.self_attn.out_proj.bias.copy_(a.c_proj.bias)
+            layer.linear1.weight.copy_(m.c_fc.weight.T)
+            layer.linear1.bias.copy_(m.c_fc.bias)
+            layer.linear2.weight.copy_(m.c_proj.weight.T)
+            layer.linear2.bias.copy_(m.c_proj.bias)
+            for ours, theirs in ((block.ln_1, layer.norm1),
+                                 (block.ln_2, layer.norm2)):
+                theirs.weight.copy_(ours.weight)
+                theirs.bias.copy_(ours.bias)
+        with torch.no_grad():
+            ref = layer(ref, src_mask=mask, is_causal=True)
+            x = block(x)
+        torch.testing.assert_close(x, ref, rtol=0, atol=2e-5)

@@ -17,6 +17,9 @@ __all__ = [
     "load_runs",
     "summary_rows",
     "summary_table",
+    "judge",
+    "all_of",
+    "fired",
     "Probe",
     "overfit_config",
     "shuffled_config",
@@ -532,6 +535,50 @@ def summary_table(exp: Experiment, records: list[dict],
     return "\n".join(lines)
 
 
+CLAIMS = ("below", "above", "within", "not_below", "not_above")
+
+
+def judge(d, claim: str, margin: float = 0.0) -> str:
+    """The verdict on a claim about a difference `d` (a stats.Summary,
+    e.g. paired_difference(a, b) for d = a - b): "held" when the whole
+    interval supports the claim, "failed" when the whole interval
+    contradicts it, else "inconclusive". Claims: "below" (d < -margin),
+    "above" (d > margin), "within" (|d| < margin), "not_below"
+    (d >= -margin), "not_above" (d <= margin). Section "Verdicts from
+    paired intervals"."""
+    if claim not in CLAIMS:
+        raise ValueError(f"claim: expected one of {CLAIMS}, got {claim!r}")
+    if not margin >= 0:
+        raise ValueError(f"margin: expected >= 0, got {margin!r}")
+    lo, hi = d.lo, d.hi
+    if claim == "within":
+        if -margin < lo and hi < margin:
+            return "held"
+        return "failed" if lo >= margin or hi <= -margin else \
+            "inconclusive"
+    if claim in ("above", "not_above"):  # mirror onto the lower side
+        lo, hi = -hi, -lo
+    if claim in ("below", "above"):
+        return ("held" if hi < -margin else
+                "failed" if lo >= -margin else "inconclusive")
+    return ("held" if lo >= -margin else  # not_below, not_above
+            "failed" if hi < -margin else "inconclusive")
+
+
+def all_of(*verdicts: str) -> str:
+    """A conjunction of verdicts: held if every part held, failed if any
+    part failed, else inconclusive."""
+    if "failed" in verdicts:
+        return "failed"
+    return "held" if all(v == "held" for v in verdicts) else "inconclusive"
+
+
+def fired(verdict: str) -> str:
+    """A falsifier's verdict in the words the chapter uses for it."""
+    return {"held": "fired", "failed": "did not fire",
+            "inconclusive": "inconclusive"}[verdict]
+
+
 _BYTE_MODEL = {"n_embd": 96, "n_head": 4, "n_layer": 3, "block_size": 64}
 _BYTE_RUN = {"steps": 400, "batch_size": 32, "eval_interval": 100,
              "warmup_steps": 20}
@@ -539,7 +586,7 @@ _BYTE_RUN = {"steps": 400, "batch_size": 32, "eval_interval": 100,
 _DEEP_MODEL = {"n_embd": 64, "n_head": 4, "block_size": 64}
 # post-norm's own recipe for E6, the best mean held-out loss of E14's
 # declared sweep (section "E14"); filled in after E14 ran, before E6 ran
-POST_NORM_RUN = {}
+POST_NORM_RUN = {"lr": 3e-3, "warmup_steps": 200}
 
 EXPERIMENTS = {e.id: e for e in [
     Experiment(
