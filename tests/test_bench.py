@@ -162,3 +162,17 @@ def test_cli(tmp_path):
                      "--stmt-b", "2 * 2", "--out", str(tmp_path)]) == 0
     rec = json.loads((tmp_path / "ab.json").read_text())
     assert len(rec["samples_a"]) == 4 and rec["ratio"] > 0
+
+
+def test_ratio_of_medians_unpaired_takes_samples_of_two_lengths():
+    """paired=False resamples each sample on its own, so two runs of
+    different lengths compare; the interval contains the true ratio of 2
+    for samples drawn around medians 2.05 and 1.025."""
+    from transformer.bench import ratio_of_medians_ci
+    g = torch.Generator().manual_seed(0)
+    a = (2 + 0.1 * torch.rand(200, generator=g)).tolist()
+    b = (1 + 0.05 * torch.rand(31, generator=g)).tolist()
+    ratio, lo, hi = ratio_of_medians_ci(a, b, paired=False)
+    assert lo <= ratio <= hi and abs(ratio - 2) < 0.05 and hi - lo < 0.2
+    with pytest.raises(ValueError, match="samples_b"):
+        ratio_of_medians_ci(a, b)  # paired needs equal lengths

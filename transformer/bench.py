@@ -167,28 +167,32 @@ def benchmark(fn: Callable[[], object], name: str = "fn", warmup: int = 5,
 
 def ratio_of_medians_ci(samples_a: Sequence[float],
                         samples_b: Sequence[float], level: float = 0.95,
-                        n_boot: int = 2000, seed: int = 0
+                        n_boot: int = 2000, seed: int = 0,
+                        paired: bool = True
                         ) -> tuple[float, float, float]:
     """(ratio, lo, hi): p50(A) / p50(B) with a percentile-bootstrap
-    interval that resamples paired rounds.
+    interval that resamples paired rounds, or, with paired=False, each
+    sample on its own (two runs of different lengths, as in E11).
 
     Implements eq. (eq-ratio-of-medians), appendix "Measuring honestly",
     move 4."""
     a = torch.tensor(_as_samples(samples_a, "samples_a"),
                      dtype=torch.float64)  # (n,)
     b = torch.tensor(_as_samples(samples_b, "samples_b"),
-                     dtype=torch.float64)  # (n,)
-    if a.numel() != b.numel():
+                     dtype=torch.float64)  # (m,)
+    if paired and a.numel() != b.numel():
         raise ValueError(f"samples_b: expected {a.numel()} samples paired "
                          f"with samples_a, got {b.numel()}")
     if (b <= 0).any() or (a <= 0).any():
         raise ValueError("samples_a, samples_b: expected positive times")
     check_level(level)
     g = torch.Generator().manual_seed(seed)
-    n = a.numel()
+    n, m = a.numel(), b.numel()
     idx = torch.randint(0, n, (n_boot, n), generator=g)  # (R, n), rounds
+    jdx = idx if paired else torch.randint(0, m, (n_boot, m),
+                                           generator=g)  # (R, m)
     ratios = (torch.quantile(a[idx], 0.5, dim=1)
-              / torch.quantile(b[idx], 0.5, dim=1))  # (R,)
+              / torch.quantile(b[jdx], 0.5, dim=1))  # (R,)
     q = (1.0 - level) / 2
     lo, hi = torch.quantile(ratios, torch.tensor(
         [q, 1.0 - q], dtype=torch.float64)).tolist()

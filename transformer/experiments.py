@@ -848,30 +848,38 @@ def _decode_times(model, prompt, n: int, cached: bool) -> list[float]:
 
 def measure_e11(seed: int, smoke: bool = False) -> dict:
     """E11: per-token greedy decode latency of the tiny shape (one
-    thread), with the KV cache and without: the p50 over a run of 512 new
-    tokens against the p50 over a run of 32 (the measure the prediction
-    names), and, inside the 512-token run, its last 32 steps against its
-    first 32.
+    thread), with the KV cache and without: for a run of 512 new tokens
+    and a run of 32, p50, p95 and p99 with a bootstrap interval on the
+    p50 (bench.latency_summary), and the ratio of the two medians with
+    an unpaired bootstrap interval (the measure the prediction names);
+    inside the 512-token run, its last 32 steps against its first 32.
     Section "Probes"."""
+    from transformer.bench import latency_summary, ratio_of_medians_ci
     short, n = (8, 64) if smoke else (32, 512)
     model = init_model(_tiny_config(smoke, block_size=16 + n), seed).eval()
     prompt = torch.randint(0, 1024, (1, 16),
                            generator=torch.Generator().manual_seed(seed))
-    out = {}
-
-    def p50(xs):
-        return sorted(xs)[len(xs) // 2]
-
+    out, raw = {}, {}
     with torch.no_grad():
         _decode_times(model, prompt, short, True)  # warm-up
         for cached in (True, False):
             key = "cached" if cached else "uncached"
             a = _decode_times(model, prompt, short, cached)
             b = _decode_times(model, prompt, n, cached)
-            out[f"{key}_ratio"] = p50(b) / p50(a)
-            out[f"{key}_within"] = p50(b[-short:]) / p50(b[:short])
-            out[f"{key}_p50_ms"] = 1e3 * p50(b)
+            ratio, lo, hi = ratio_of_medians_ci(b, a, paired=False,
+                                                seed=seed)
+            out[f"{key}_ratio"] = ratio
+            out[f"{key}_ratio_ci"] = [lo, hi]
+            out[f"{key}_within"] = ratio_of_medians_ci(
+                b[-short:], b[:short], seed=seed)[0]
+            for name, xs in (("short", a), ("long", b)):
+                lat = latency_summary([1e3 * x for x in xs], seed=seed)
+                out[f"{key}_{name}_ms"] = {k: lat[k] for k in (
+                    "p50", "p50_ci", "p95", "p99")}
+            out[f"{key}_p50_ms"] = out[f"{key}_long_ms"]["p50"]
+            raw[f"{key}_s"] = {"short": a, "long": b}
     out["loadavg"] = os.getloadavg()[0]
+    out["raw"] = raw
     return out
 
 
