@@ -49,6 +49,7 @@ Other checks: every marked table equals tools/report_tables.py's rebuild
 from results/experiments/; the chapter's rendered tables equal the
 summaries of the committed JSON; results/report/book_numbers.json is
 fresh."""
+import functools
 import json
 import re
 from pathlib import Path
@@ -79,7 +80,7 @@ _BIG = ("ten|eleven|twelve|thirteen|fourteen|fifteen|sixteen|seventeen|"
 # "2 times"). Words: multiples and fractions, "-fold", "N times", numbers
 # of ten and more.
 QUANTITY = re.compile(
-    r"(?<![\w.])(?:"
+    r"(?<![\w.])(?=[-+\d])(?:"
     r"[-+]?\d+(?:\.\d+)?\s*(?:x|×|times)(?!\w)"         # 1.3x, 16x, 2 times
     r"|[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?\s*%"             # 30%, 0.5 %
     r"|[-+]?\d+\.\d+(?:e[-+]?\d+)?"                      # 0.047, 1.2e-3
@@ -87,7 +88,7 @@ QUANTITY = re.compile(
     r"|[-+]?\d{1,3}(?:,\d{3})+"                          # 204,800
     r"|[-+]?\d{2,}"                                      # 16, 2048
     r")(?![\w])"
-    r"|(?i:\b(?:twice|thrice|half|halves|halved|double[ds]?|doubling|"
+    r"|\b(?=[a-zA-Z])(?i:(?:twice|thrice|half|halves|halved|double[ds]?|doubling|"
     r"triple[ds]?|quadruple[ds]?|"
     rf"(?:{_UNITS})[- ]?fold|"
     rf"(?:{_UNITS}|a|an)\s+(?:times|thirds?|quarters?|fifths?|tenths?|"
@@ -254,6 +255,11 @@ def _resolve(obj, frag):
     raise KeyError(frag)
 
 
+@functools.lru_cache(maxsize=None)
+def _load(file):
+    return json.loads(file.read_text())
+
+
 def json_value(root, path, frag):
     """The text a JSON value must show as, given the link's text."""
     factor = None
@@ -264,7 +270,7 @@ def json_value(root, path, frag):
     if not file.is_file():
         raise LookupError(f"no file {path}")
     try:
-        value = _resolve(json.loads(file.read_text()), frag)
+        value = _resolve(_load(file), frag)
     except (KeyError, IndexError, ValueError, TypeError):
         raise LookupError(f"no key {frag} in {path}") from None
     return value, factor
@@ -448,3 +454,196 @@ def test_book_numbers_fresh():
     hold now (run `make numbers` after re-executing)."""
     import book_numbers
     assert book_numbers.main(["--check"]) == 0
+
+
+# ---- the checker on a synthetic report, and planted errors ---------------
+
+FIXTURE_TABLE = """| arm | loss at T = 64 | none minus this (paired) | diverged |
+|---|---|---|---|
+| none | 4.782 [4.754, 4.810] | -0.047 [-0.053, -0.040] | 0/5 |
+| rope | 4.703 [4.659, 4.746] | 0.079 [0.036, 0.123] | 1/5 |"""
+
+_X = "results/experiments/X1/#table-X1/"
+FIXTURE = f"""# A synthetic report
+
+## 1. Set-up
+
+Intervals are 95% intervals over seeds. Every run trains at $T = 64$ on
+[204,800](results/n.json#tokens) tokens; the bigram scores
+[4.004](results/n.json#glue.bigram) nats and the gap is
+[-0.178](results/n.json#glue.gap) bits per byte (chapter 12).
+
+<!-- table:X1 -->
+{FIXTURE_TABLE}
+
+RoPE ends at [4.703]({_X}row=rope/col=loss-at-t-64/part=mean) nats, better
+than none by [0.079]({_X}row=rope/col=none-minus-this-paired/part=mean)
+(interval [0.036]({_X}row=rope/col=none-minus-this-paired/part=lo) to
+[0.123]({_X}row=rope/col=none-minus-this-paired/part=hi)); at twice the
+trained length none's later positions were lower by
+[0.047]({_X}row=none/col=none-minus-this-paired/part=mean/neg), and
+[1/5]({_X}row=rope/col=diverged) RoPE runs diverged. A step took
+[47.1](results/n.json#timing.p50*1e3) ms, the late positions moved by
+[-0.047](results/n.json#rise), and GPT-2 in float32 ran E4 for 5 seeds.
+"""
+FIXTURE_JSON = {"tokens": 204800, "rise": -0.0471, "timing": {"p50": 0.04712},
+                "glue": {"bigram": "4.004", "gap": "-0.178"}}
+FIXTURE_ALLOW = [("at twice the\ntrained length", "2T, the setting measured")]
+
+
+@pytest.fixture
+def fixture_root(tmp_path):
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "n.json").write_text(json.dumps(FIXTURE_JSON))
+    return tmp_path
+
+
+def _links(text, table):
+    """Numeric links, table-cell links first when `table` is set."""
+    return [m for m in LINK.finditer(text)
+            if NUMBER.fullmatch(m.group(1)) and "#" in m.group(2)
+            and (("#table-" in m.group(2)) == table)]
+
+
+def _plant(text, m, shown):
+    return text[:m.start()] + f"[{shown}]({m.group(2)})" + text[m.end():]
+
+
+def _flip(x):
+    return x[1:] if x[0] == "-" else "-" + x.lstrip("+")
+
+
+def _bump(x):
+    return x[:-1] + str((int(x[-1]) + 1) % 10)
+
+
+CASES = {
+    "fixture": (lambda root: (FIXTURE, root, FIXTURE_ALLOW)),
+    "REPORT.md": (lambda root: (REPORT, ROOT, ALLOW)),
+}
+
+
+@pytest.fixture(params=sorted(CASES))
+def case(request, fixture_root):
+    return CASES[request.param](fixture_root)
+
+
+def _unplaced(found):
+    return [re.sub(r"^line \d+: ", "", p) for p in found]
+
+
+@functools.lru_cache(maxsize=None)
+def _before(text, root, allow):
+    return set(_unplaced(problems(text, root, list(allow))))
+
+
+def _new(case, planted):
+    """The problems the planted text has and the original has not."""
+    text, root, allow = case
+    before = _before(text, root, tuple(allow))
+    return [p for p in _unplaced(problems(planted, root, allow))
+            if p not in before]
+
+
+def test_fixture_is_clean(fixture_root):
+    assert problems(FIXTURE, fixture_root, FIXTURE_ALLOW) == []
+    assert table_problems(FIXTURE, {"X1": lambda: FIXTURE_TABLE}) == []
+
+
+def test_planted_wrong_cell_is_reported(case):
+    text = case[0]
+    m = _links(text, table=True)[0]
+    found = _new(case, _plant(text, m, _bump(m.group(1))))
+    assert len(found) == 1 and "the cell reads" in found[0], found
+
+
+@pytest.mark.parametrize("table", [True, False])
+def test_planted_sign_flip_is_reported(case, table):
+    text = case[0]
+    for m in _links(text, table)[:3]:  # "0.047" against "-0.047"
+        found = _new(case, _plant(text, m, _flip(m.group(1))))
+        assert len(found) == 1 and m.group(2) in found[0], found
+
+
+def test_planted_neg_flip_is_reported(case):
+    text = case[0]
+    m = [m for m in _links(text, table=True) if m.group(2).endswith("/neg")]
+    assert m, "the report states a magnitude through /neg"
+    found = _new(case, _plant(text, m[0], _flip(m[0].group(1))))
+    assert len(found) == 1 and "the cell reads" in found[0], found
+
+
+@pytest.mark.parametrize("word", [
+    "fiftyfold", "16x", "1.3x", "three times", "twice", "half", "tenfold",
+    "a third", "sixteen", "12%", "2,048", "64", "0.047", "-0.047", "6e-07"])
+def test_planted_unlinked_number_is_reported(case, word):
+    text = case[0]
+    first = text.index("\n\n") + 2  # a new paragraph under the title
+    planted = text[:first] + f"It ran {word} faster.\n\n" + text[first:]
+    found = _new(case, planted)
+    assert len(found) == 1 and f"unlinked {word!r}" in found[0], found
+
+
+def test_planted_wrong_json_value_is_reported(case):
+    text = case[0]
+    m = _links(text, table=False)[0]
+    found = _new(case, _plant(text, m, _bump(m.group(1))))
+    assert len(found) == 1 and "the file holds" in found[0], found
+
+
+def test_planted_wrong_table_is_reported(case):
+    """A marked table that differs from its rebuild (here: the table as
+    written) by one digit is reported."""
+    text = case[0]
+    tables = marked_tables(text)
+    rebuild = {n: (lambda w="\n".join(t[2]): w) for n, t in tables.items()}
+    name, (_, _, lines) = next(iter(tables.items()))
+    row = lines[2]
+    k = max(i for i, c in enumerate(row) if c.isdigit())
+    planted = text.replace(row, _bump(row[:k + 1]) + row[k + 1:], 1)
+    assert table_problems(text, rebuild) == []
+    assert table_problems(planted, rebuild) == [
+        f"table {name} differs from its rebuild"]
+
+
+@pytest.mark.parametrize("spec, error", [
+    ("row=rope/col=loss-at-t-64", "needs part="),
+    ("row=rope/col=diverged/part=mean", "has no part"),
+    ("row=rope/col=loss/part=mean", "is not one of"),
+    ("row=gpt/col=diverged", "matches 0 rows"),
+    ("col=diverged", "needs row= and col="),
+    ("row=rope/col=diverged/sign=-", "unknown segment"),
+])
+def test_table_link_must_name_one_cell(spec, error):
+    with pytest.raises(LookupError, match=error):
+        table_cell(marked_tables(FIXTURE), "X1", spec)
+
+
+def test_table_link_path_and_part(fixture_root):
+    tables = marked_tables(FIXTURE)
+    assert table_cell(tables, "X1", "row=none/col=none-minus-this-paired/"
+                      "part=lo") == "-0.053"
+    assert table_cell(tables, "X1", "row=none/col=none-minus-this-paired/"
+                      "part=hi/neg") == "0.040"
+    wrong = FIXTURE.replace("results/experiments/X1/#table-X1/row=rope/"
+                            "col=diverged", "results/experiments/E4/"
+                            "#table-X1/row=rope/col=diverged")
+    found = problems(wrong, fixture_root, FIXTURE_ALLOW)
+    assert len(found) == 1 and "path must be" in found[0], found
+
+
+def test_allow_entries_are_per_occurrence(fixture_root):
+    twice = FIXTURE + "\nagain at twice the\ntrained length.\n"
+    assert any("occurs 2 times" in p
+               for p in problems(twice, fixture_root, FIXTURE_ALLOW))
+    stale = FIXTURE_ALLOW + [("## 1. Set-up", "a heading")]
+    assert problems(FIXTURE, fixture_root, stale) == [
+        "ALLOW entry '## 1. Set-up' covers no number (stale)"]
+
+
+@pytest.mark.parametrize("text", [
+    "E4 and E14", "GPT-2", "float32", "5 seeds", "chapter 12",
+    "sections 6 and 7", "$T = 64$", "95% interval", "positions 64 to 127",
+    "Prediction: within 0.05 nats of 5.6."])
+def test_names_and_definitions_need_no_link(fixture_root, text):
+    assert problems(f"# T\n\n{text}\n", fixture_root, []) == []
