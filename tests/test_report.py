@@ -5,7 +5,10 @@ Link syntax (what REPORT.md must use)
 Every number in the report's prose is a markdown link to its source, and
 the link's text must equal the source's value exactly, sign included:
 
-* A JSON value: `[4.004](results/report/book_numbers.json#07_bigram.bg_bigram_val)`.
+* A JSON value:
+
+      [4.004](results/report/book_numbers.json#07_bigram.bg_bigram_val)
+
   The fragment is a dotted key path (list items by index,
   `#runs.3.ratio_ours_over_hf.0`; keys that contain dots, such as
   `bg_lr0.5_val_ok`, are found whole). A string value (every glued
@@ -16,7 +19,9 @@ the link's text must equal the source's value exactly, sign included:
   change: `#summary.p50*1e6` shows seconds in microseconds.
 * One cell of a table that the report prints under `<!-- table:NAME -->`
   (and which must itself equal what tools/report_tables.py rebuilds):
-  `[4.703](results/experiments/E4/#table-E4/row=rope/col=loss-at-t-64/part=mean)`.
+
+      [5.142](results/experiments/E3/#table-E3/row=8/col=val_loss/part=mean)
+
   `row=` names the row by its leading cells' slugs, joined by commas when
   one cell is not unique (`row=0.01,15` in E7's table), and must match
   exactly one row; `col=` is the slug of the column header. A slug is the
@@ -88,7 +93,8 @@ QUANTITY = re.compile(
     r"|[-+]?\d{1,3}(?:,\d{3})+"                          # 204,800
     r"|[-+]?\d{2,}"                                      # 16, 2048
     r")(?![\w])"
-    r"|\b(?=[a-zA-Z])(?i:(?:twice|thrice|half|halves|halved|double[ds]?|doubling|"
+    r"|\b(?=[a-zA-Z])(?i:(?:twice|thrice|half|halves|halved|"
+    r"double[ds]?|doubling|"
     r"triple[ds]?|quadruple[ds]?|"
     rf"(?:{_UNITS})[- ]?fold|"
     rf"(?:{_UNITS}|a|an)\s+(?:times|thirds?|quarters?|fifths?|tenths?|"
@@ -117,7 +123,7 @@ RULES = [
      "a declared threshold of a prediction"),
     # The confidence level of an interval: "95% interval", "95% $t$
     # intervals", "95% bootstrap interval".
-    (re.compile(r"\b95% (?:\$t\$ |bootstrap )?intervals?\b"),
+    (re.compile(r"\b95%\s+(?:\$t\$\s+|bootstrap\s+)?intervals?\b"),
      "a confidence level"),
     # Token positions that name a window's parts: "positions 64 to 127",
     # "positions 0 to 63", "position 64".
@@ -458,7 +464,8 @@ def test_book_numbers_fresh():
 
 # ---- the checker on a synthetic report, and planted errors ---------------
 
-FIXTURE_TABLE = """| arm | loss at T = 64 | none minus this (paired) | diverged |
+FIXTURE_TABLE = """\
+| arm | loss at T = 64 | none minus this (paired) | diverged |
 |---|---|---|---|
 | none | 4.782 [4.754, 4.810] | -0.047 [-0.053, -0.040] | 0/5 |
 | rope | 4.703 [4.659, 4.746] | 0.079 [0.036, 0.123] | 1/5 |"""
