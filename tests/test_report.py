@@ -1,12 +1,60 @@
 """REPORT.md and the ablations chapter against the JSON they quote.
 
-Every table in REPORT.md marked `<!-- table:NAME -->` must equal what
-tools/report_tables.py rebuilds from results/experiments/; every linked
-number `[x](results/FILE#key.path)` must equal the value at that key (with
-`*factor` for a unit change, rounded to the digits quoted); a number linked
-to `results/experiments/ID/#table-NAME` must appear in that table; and no
-decimal number may appear in the prose without such a link. The chapter's
-rendered tables must equal the summaries of the committed JSON."""
+Link syntax (what REPORT.md must use)
+-------------------------------------
+Every number in the report's prose is a markdown link to its source, and
+the link's text must equal the source's value exactly, sign included:
+
+* A JSON value:
+
+      [4.004](results/report/book_numbers.json#07_bigram.bg_bigram_val)
+
+  The fragment is a dotted key path (list items by index,
+  `#runs.3.ratio_ours_over_hf.0`; keys that contain dots, such as
+  `bg_lr0.5_val_ok`, are found whole). A string value (every glued
+  number in results/report/book_numbers.json is one) must equal the text
+  character for character. A numeric value is formatted with as many
+  decimals as the text shows (and thousands separators if the text has
+  them) and must then equal it; `*FACTOR` rescales first, for a unit
+  change: `#summary.p50*1e6` shows seconds in microseconds.
+* One cell of a table that the report prints under `<!-- table:NAME -->`
+  (and which must itself equal what tools/report_tables.py rebuilds):
+
+      [5.142](results/experiments/E3/#table-E3/row=8/col=val_loss/part=mean)
+
+  `row=` names the row by its leading cells' slugs, joined by commas when
+  one cell is not unique (`row=0.01,15` in E7's table), and must match
+  exactly one row; `col=` is the slug of the column header. A slug is the
+  text lowercased, its runs of `[a-z0-9_.+-]` joined by `-`: "loss at
+  T = 64" is `loss-at-t-64`, "pre / post, last block" is
+  `pre-post-last-block`. `part=mean|lo|hi` picks one number of a
+  `mean [lo, hi]` cell and is required for such a cell and refused for
+  any other. A trailing `/neg` flips the cell's sign before comparing, for
+  prose that states a magnitude: "lost by [0.266](...#table-E4/row=learned/
+  col=none-minus-this-paired/part=mean/neg)" where the cell reads -0.266.
+  The path must be `results/experiments/ID/` with ID the table's
+  experiment (`E6` for `table-E6-init`).
+
+Numbers that need no link: single-digit integers, and the occurrences
+that RULES (regexes, each with its reason) or ALLOW (one entry per
+occurrence: a snippet of the report that occurs exactly once, and why its
+number is not a measurement) cover. Checked: decimals, integers of two or
+more digits or with separators, percentages, ratios (`1.3x`, `16x`,
+`3 times`) and number words (`twice`, `half`, `a third`, `tenfold`,
+`fiftyfold`, `sixteen`, `three times`), inside math too. A stale ALLOW
+entry (matching no number, or not exactly once) is itself a failure.
+Lines of a marked table are not prose: the table test checks them.
+
+`tests/test_report.py::test_report_numbers` lists every problem at once.
+The checker is exercised on a small synthetic report (FIXTURE) as well as
+on REPORT.md, and planted errors (a wrong cell, a flipped sign, an
+unlinked "fiftyfold" or "16x") must each be reported.
+
+Other checks: every marked table equals tools/report_tables.py's rebuild
+from results/experiments/; the chapter's rendered tables equal the
+summaries of the committed JSON; results/report/book_numbers.json is
+fresh."""
+import functools
 import json
 import re
 from pathlib import Path
@@ -19,24 +67,186 @@ from transformer.experiments import (EXPERIMENTS, TABLE_METRICS, load_runs,
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORT = (ROOT / "REPORT.md").read_text()
-LINK = re.compile(r"\[([^\]]+)\]\((results/[^)#\s]*)(?:#([^)\s]+))?\)")
-DECIMAL = re.compile(r"(?<![\w.])\d+\.\d+(?:e[-+]?\d+)?(?![\w.])")
+
+LINK = re.compile(r"\[([^\]\n]+)\]\(([^)\s]+)\)")
+MARKER = re.compile(r"<!-- table:(\S+) -->")
+NUMBER = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?%?")
+INTERVAL = re.compile(r"(\S+) \[(\S+), (\S+)\]")
+
+_UNITS = ("one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|"
+          "thirteen|fourteen|fifteen|sixteen|seventeen|eighteen|nineteen|"
+          "twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety|hundred|"
+          "thousand|million|billion|dozen")
+_BIG = ("ten|eleven|twelve|thirteen|fourteen|fifteen|sixteen|seventeen|"
+        "eighteen|nineteen|twenty|thirty|forty|fifty|sixty|seventy|eighty|"
+        "ninety|hundreds?|thousands?|millions?|billions?|dozens?")
+# Every token that states a quantity. Digits: a decimal, an integer of two
+# or more digits or with separators, a percentage, a ratio ("1.3x", "16x",
+# "2 times"). Words: multiples and fractions, "-fold", "N times", numbers
+# of ten and more.
+QUANTITY = re.compile(
+    r"(?<![\w.])(?=[-+\d])(?:"
+    r"[-+]?\d+(?:\.\d+)?\s*(?:x|×|times)(?!\w)"         # 1.3x, 16x, 2 times
+    r"|[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?\s*%"             # 30%, 0.5 %
+    r"|[-+]?\d+\.\d+(?:e[-+]?\d+)?"                      # 0.047, 1.2e-3
+    r"|[-+]?\d+e[-+]?\d+"                                # 6e-07
+    r"|[-+]?\d{1,3}(?:,\d{3})+"                          # 204,800
+    r"|[-+]?\d{2,}"                                      # 16, 2048
+    r")(?![\w])"
+    r"|\b(?=[a-zA-Z])(?i:(?:twice|thrice|half|halves|halved|"
+    r"double[ds]?|doubling|"
+    r"triple[ds]?|quadruple[ds]?|"
+    rf"(?:{_UNITS})[- ]?fold|"
+    rf"(?:{_UNITS}|a|an)\s+(?:times|thirds?|quarters?|fifths?|tenths?|"
+    r"hundredths?)|"
+    r"thirds?|quarters?|fifths?|tenths?|"
+    rf"{_BIG})\b)")
+
+# Regexes whose matches may hold numbers that are not measurements. Each
+# says why; a number inside any match needs no link.
+RULES = [
+    # Section numbers in headings: "## 9. What I Expected".
+    (re.compile(r"(?m)^#{1,6} \d+\."), "a section number"),
+    # Cross-references: "chapter 16", "sections 6 and 7", "E10 to E13".
+    (re.compile(r"\b(?:[Cc]hapters?|[Ss]ections?)\s+\d+"
+                r"(?:(?:,\s*|\s+and\s+|\s+to\s+)\d+)*"),
+     "a chapter or section number"),
+    # A setting defined in math, "$T = 64$", "$d_k = 256$", "$D = 128$":
+    # the value is the definition, not a result.
+    (re.compile(r"(?<![\w\\])[A-Za-z](?:_\{?\w+\}?)?\s*=\s*\d[\d,]*\$"),
+     "a defined setting"),
+    # The sentence that states a declared prediction or falsifier quotes
+    # its thresholds (written before the run, in transformer/experiments);
+    # the sentence runs to a full stop that no digit follows.
+    (re.compile(r"(?:Prediction|Falsifier)(?:, declared before the runs)?:"
+                r"(?:[^.]|\.(?=\d))*\."),
+     "a declared threshold of a prediction"),
+    # The confidence level of an interval: "95% interval", "95% $t$
+    # intervals", "95% bootstrap interval".
+    (re.compile(r"\b95%\s+(?:\$t\$\s+|bootstrap\s+)?intervals?\b"),
+     "a confidence level"),
+    # Token positions that name a window's parts: "positions 64 to 127",
+    # "positions 0 to 63", "position 64".
+    (re.compile(r"\bpositions?\s+\d+(?:\s+to\s+\d+)?"),
+     "a position index"),
+    # Model and format names that carry digits: "GPT-2", "float32".
+    (re.compile(r"\bGPT-2\b|\bfloat(?:16|32|64)\b"), "a name"),
+]
+
+# One entry per occurrence: (snippet, reason). The snippet must occur in
+# the report exactly once and contain a number this test would flag.
+ALLOW = [
+    (r"$\ln 1024$", "ln V for the vocabulary size V = 1024 defined above"),
+    (r"$\mathcal N(0, 0.02^2)$", "GPT-2's initialisation, a definition"),
+    (r"$3 \times 10^{-3}$", "the declared peak learning rate"),
+    ("on windows of 128,", "2T, twice the trained length just linked"),
+    ("the first half of the prediction", "one of a prediction's two parts"),
+    ("At twice the trained length", "2T, the setting E4 measures at"),
+    ("the textbook story twice.", "the count of the two reversals that "
+     "follow"),
+    ("embedding of standard deviation 0.02 and", "the initialisation's "
+     "defined standard deviation, N(0, 0.02^2) above"),
+    ("twice pre-norm's at depth", "the threshold that defines the linked "
+     "06_gpt.first_over_2"),
+    ("$t_{0.975,2}$ is more than twice the normal's", "a t-table fact: "
+     "t_{0.975,2} = 4.30 against 1.96"),
+    ("$V \\cdot D$ = 65,536 parameters", "arithmetic on defined sizes, "
+     "1024 x 64; also the difference of the two linked counts"),
+    ("The ten correctness properties", "the number of properties the "
+     "book's brief requires, a definition"),
+    ("E10 (overfit 200 tokens)", "E10's declared corpus size"),
+    (r"$128 \times 128$ matrix", "the benchmark's shape (the file is "
+     "matmul_128.json)"),
+    ("a 512-token run's", "E11's declared long length"),
+    ("times a\n32-token run's", "E11's declared short length"),
+    ("(half with a causal kernel)", "the derivation: a causal mask skips "
+     "half the products"),
+    ("passes half at $6D$", "the 50% threshold the crossover is defined by"),
+    ("the quadratic part takes half the", "the 50% threshold that defines "
+     "the linked 10_cost_model.tc_D128"),
+    ("tokens, and at 1024 tokens", "the length the linked "
+     "share1024_D128 is measured at"),
+    ("forward FLOPs at 1024 tokens, crossing half at", "the length the "
+     "linked g2_share_1024 is measured at, and the 50% threshold that "
+     "defines g2_cross"),
+    ("times at depth 16),", "the depth the linked 06_gpt.top_ratio_16 is "
+     "measured at"),
+    ("first exceeding twice it at depth", "the threshold that defines the "
+     "linked 06_gpt.first_over_2"),
+    ("for a batch of\n64;", "the batch the linked g2_kv_cross_b64 is "
+     "computed for"),
+    ("at learning rate $0.5$ (chapter 7)", "the setting the linked "
+     "bg_lr0.5 keys name"),
+    ("would pass within 0.05 nats", "a declared threshold, quoted"),
+    ("would fall below a third of", "a declared threshold, quoted"),
+]
 
 
-def _tables(text):
-    """{name: table text} for each `<!-- table:NAME -->` marker."""
+class Problems(list):
+    def add(self, msg):
+        self.append(msg)
+
+
+def slug(text):
+    return "-".join(re.findall(r"[a-z0-9_.+\-]+", text.lower()))
+
+
+def marked_tables(text):
+    """{name: (first line index, last line index + 1, [table lines])}."""
     out = {}
     lines = text.splitlines()
     for i, line in enumerate(lines):
-        m = re.fullmatch(r"<!-- table:(\S+) -->", line.strip())
+        m = MARKER.fullmatch(line.strip())
         if m:
-            body = []
-            for row in lines[i + 1:]:
-                if not row.startswith("|"):
-                    break
-                body.append(row)
-            out[m.group(1)] = "\n".join(body)
+            j = i + 1
+            while j < len(lines) and lines[j].startswith("|"):
+                j += 1
+            out[m.group(1)] = (i, j, lines[i + 1:j])
     return out
+
+
+def _cells(row):
+    return [c.strip() for c in row.strip().strip("|").split("|")]
+
+
+def table_cell(tables, name, spec):
+    """The text of one cell: spec is the fragment after `table-NAME/`."""
+    if name not in tables:
+        raise LookupError(f"no table marked <!-- table:{name} --> here")
+    lines = tables[name][2]
+    head = [slug(c) for c in _cells(lines[0])]
+    rows = [_cells(r) for r in lines[2:]]
+    opts, neg = {}, False
+    for seg in spec.split("/"):
+        if seg == "neg":
+            neg = True
+        elif "=" in seg and seg.split("=")[0] in ("row", "col", "part"):
+            k, v = seg.split("=", 1)
+            opts[k] = v
+        else:
+            raise LookupError(f"unknown segment {seg!r}")
+    if "row" not in opts or "col" not in opts:
+        raise LookupError("a table link needs row= and col=")
+    if head.count(opts["col"]) != 1:
+        raise LookupError(f"col={opts['col']} is not one of {head}")
+    key = opts["row"].split(",")
+    hits = [r for r in rows if [slug(c) for c in r[:len(key)]] == key]
+    if len(hits) != 1:
+        raise LookupError(f"row={opts['row']} matches {len(hits)} rows")
+    cell = hits[0][head.index(opts["col"])]
+    m = INTERVAL.fullmatch(cell)
+    part = opts.get("part")
+    if m and part not in ("mean", "lo", "hi"):
+        raise LookupError(f"cell {cell!r} needs part=mean|lo|hi")
+    if not m and part is not None:
+        raise LookupError(f"cell {cell!r} has no part {part}")
+    if m:
+        cell = m.group(("mean", "lo", "hi").index(part) + 1)
+    if neg:
+        if not NUMBER.fullmatch(cell):
+            raise LookupError(f"cell {cell!r} is not a number to negate")
+        cell = cell[1:] if cell[0] == "-" else "-" + cell.lstrip("+")
+    return cell
 
 
 def _resolve(obj, frag):
@@ -51,25 +261,162 @@ def _resolve(obj, frag):
     raise KeyError(frag)
 
 
-def _check_link(text, path, frag):
-    if path.startswith("results/experiments/") and frag and \
-            frag.startswith("table-"):
-        table = report_tables.TABLES[frag[len("table-"):]]()
-        assert text in table, (text, frag)
-        return
-    assert frag, f"{text}: a linked number needs #key, got {path}"
-    factor = 1.0
+@functools.lru_cache(maxsize=None)
+def _load(file):
+    return json.loads(file.read_text())
+
+
+def json_value(root, path, frag):
+    """The text a JSON value must show as, given the link's text."""
+    factor = None
     if "*" in frag:
-        frag, f = frag.split("*")
+        frag, f = frag.split("*", 1)
         factor = float(f)
-    value = _resolve(json.loads((ROOT / path).read_text()), frag)
+    file = root / path
+    if not file.is_file():
+        raise LookupError(f"no file {path}")
+    try:
+        value = _resolve(_load(file), frag)
+    except (KeyError, IndexError, ValueError, TypeError):
+        raise LookupError(f"no key {frag} in {path}") from None
+    return value, factor
+
+
+def _json_matches(text, value, factor):
     if isinstance(value, str):
-        assert text == value or text.rstrip("%") == value.rstrip("%"), \
-            (text, value, frag)
-        return
-    shown = text.replace(",", "")
-    digits = len(shown.split(".")[1]) if "." in shown else 0
-    assert f"{value * factor:.{digits}f}" == shown, (text, value, frag)
+        return factor is None and text == value
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    if not NUMBER.fullmatch(text) or text.endswith("%"):
+        return False
+    digits = len(text.split(".")[1].split("e")[0]) if "." in text else 0
+    sep = "," if "," in text else ""
+    shown = f"{value * (factor or 1):{sep}.{digits}f}"
+    return shown == text or (text[0] == "+" and value > 0
+                             and "+" + shown == text)
+
+
+def link_problems(text, root, tables):
+    """Every link into results/ must name its source and equal it."""
+    out = []
+    for m in LINK.finditer(text):
+        shown, target = m.group(1), m.group(2)
+        if not target.startswith("results/"):
+            continue
+        path, _, frag = target.partition("#")
+        where = f"[{shown}]({target})"
+        if not frag:
+            if QUANTITY.search(shown):
+                out.append(f"{where}: a number needs a #key or #table-")
+            elif not (root / path).exists():
+                out.append(f"{where}: no such path")
+            continue
+        try:
+            if frag.startswith("table-"):
+                name, _, spec = frag[len("table-"):].partition("/")
+                want = f"results/experiments/{name.split('-')[0]}/"
+                if path != want:
+                    raise LookupError(f"path must be {want}")
+                cell = table_cell(tables, name, spec)
+                if shown != cell:
+                    how = ", negated," if spec.endswith("/neg") else ""
+                    out.append(f"{where}: the cell{how} reads {cell!r}")
+            else:
+                value, factor = json_value(root, path, frag)
+                if not _json_matches(shown, value, factor):
+                    out.append(f"{where}: the file holds {value!r}")
+        except LookupError as e:
+            out.append(f"{where}: {e}")
+    return out
+
+
+def prose_mask(text):
+    """The text with checked links, table markers and marked tables blanked
+    out (same length, so offsets still point into the original)."""
+    chars = list(text)
+
+    def blank(a, b):
+        chars[a:b] = [c if c == "\n" else " " for c in chars[a:b]]
+    for m in LINK.finditer(text):
+        if m.group(2).startswith("results/"):
+            blank(m.start(), m.end())
+    lines = text.splitlines(keepends=True)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+    for i, j, _ in marked_tables(text).values():
+        blank(starts[i], starts[j])
+    return "".join(chars)
+
+
+def number_problems(text, allow):
+    """Every quantity in the prose not linked and not allowed."""
+    masked = prose_mask(text)
+    spans = [(m.start(), m.end()) for rule, _ in RULES
+             for m in rule.finditer(masked)]
+    out, used = [], set()
+    for snippet, reason in allow:
+        hits = [m.start() for m in re.finditer(re.escape(snippet), text)]
+        if len(hits) != 1:
+            out.append(f"ALLOW entry {snippet!r} occurs {len(hits)} times "
+                       "(must be once)")
+            continue
+        spans.append((hits[0], hits[0] + len(snippet), snippet))
+    for m in QUANTITY.finditer(masked):
+        cover = [s for s in spans if s[0] <= m.start() and m.end() <= s[1]]
+        if cover:
+            used.update(s[2] for s in cover if len(s) == 3)
+            continue
+        line = text.count("\n", 0, m.start()) + 1
+        a = max(text.rfind("\n", 0, m.start()) + 1, m.start() - 30)
+        context = text[a:m.end() + 30].split("\n")[0]
+        out.append(f"line {line}: unlinked {m.group(0)!r} in "
+                   f"{context!r}")
+    for snippet, _ in allow:
+        if snippet not in used and text.count(snippet) == 1:
+            out.append(f"ALLOW entry {snippet!r} covers no number (stale)")
+    return out
+
+
+def table_problems(text, rebuild):
+    """Every marked table must equal its rebuild from the JSON."""
+    out = []
+    for name, (_, _, lines) in marked_tables(text).items():
+        if name not in rebuild:
+            out.append(f"table {name}: no rebuild in tools/report_tables")
+            continue
+        try:
+            want = rebuild[name]()
+        except Exception as e:  # a record missing or of an older shape
+            out.append(f"table {name}: the rebuild failed: {e!r}")
+            continue
+        if "\n".join(lines) != want:
+            out.append(f"table {name} differs from its rebuild")
+    return out
+
+
+def problems(text, root=ROOT, allow=ALLOW):
+    """Links and prose numbers (not the table rebuild)."""
+    return (link_problems(text, root, marked_tables(text))
+            + number_problems(text, allow))
+
+
+def _report(found):
+    return "\n".join(found)
+
+
+# ---- the real report ------------------------------------------------------
+
+def test_report_numbers():
+    found = problems(REPORT)
+    assert not found, "\n" + _report(found)
+
+
+def test_report_has_linked_numbers():
+    links = [m for m in LINK.finditer(REPORT)
+             if "#" in m.group(2) and NUMBER.fullmatch(m.group(1))]
+    assert len(links) >= 40
+    assert any("#table-" in m.group(2) for m in links)
 
 
 def test_report_sections():
@@ -81,32 +428,10 @@ def test_report_sections():
 
 
 def test_report_tables_match_json():
-    tables = _tables(REPORT)
+    tables = marked_tables(REPORT)
     assert {"E4", "E6", "E6-init"} <= set(tables)
-    for name, text in tables.items():
-        assert text == report_tables.TABLES[name](), name
-
-
-def test_report_linked_numbers_match_json():
-    links = LINK.findall(REPORT)
-    numeric = [(t, p, f) for t, p, f in links
-               if re.fullmatch(r"[-+]?[\d.,]+(?:e[-+]?\d+)?%?", t)]
-    assert len(numeric) >= 40
-    for text, path, frag in numeric:
-        assert (ROOT / path).exists(), path
-        _check_link(text, path, frag)
-
-
-def test_no_unlinked_decimals():
-    prose = LINK.sub("", REPORT)
-    prose = re.sub(r"\$[^$]*\$", "", prose)  # constants inside math
-    prose = "\n".join(line for line in prose.splitlines()
-                      if not line.startswith("|"))  # checked tables
-    declared = set()
-    for exp in EXPERIMENTS.values():  # grids and probes
-        declared |= set(DECIMAL.findall(exp.prediction + exp.falsifier))
-    stray = [x for x in DECIMAL.findall(prose) if x not in declared]
-    assert not stray, f"decimals without a link to their JSON: {stray}"
+    found = table_problems(REPORT, report_tables.TABLES)
+    assert not found, "\n" + _report(found)
 
 
 def test_report_length():
@@ -136,3 +461,197 @@ def test_book_numbers_fresh():
     hold now (run `make numbers` after re-executing)."""
     import book_numbers
     assert book_numbers.main(["--check"]) == 0
+
+
+# ---- the checker on a synthetic report, and planted errors ---------------
+
+FIXTURE_TABLE = """\
+| arm | loss at T = 64 | none minus this (paired) | diverged |
+|---|---|---|---|
+| none | 4.782 [4.754, 4.810] | -0.047 [-0.053, -0.040] | 0/5 |
+| rope | 4.703 [4.659, 4.746] | 0.079 [0.036, 0.123] | 1/5 |"""
+
+_X = "results/experiments/X1/#table-X1/"
+FIXTURE = f"""# A synthetic report
+
+## 1. Set-up
+
+Intervals are 95% intervals over seeds. Every run trains at $T = 64$ on
+[204,800](results/n.json#tokens) tokens; the bigram scores
+[4.004](results/n.json#glue.bigram) nats and the gap is
+[-0.178](results/n.json#glue.gap) bits per byte (chapter 12).
+
+<!-- table:X1 -->
+{FIXTURE_TABLE}
+
+RoPE ends at [4.703]({_X}row=rope/col=loss-at-t-64/part=mean) nats, better
+than none by [0.079]({_X}row=rope/col=none-minus-this-paired/part=mean)
+(interval [0.036]({_X}row=rope/col=none-minus-this-paired/part=lo) to
+[0.123]({_X}row=rope/col=none-minus-this-paired/part=hi)); at twice the
+trained length none's later positions were lower by
+[0.047]({_X}row=none/col=none-minus-this-paired/part=mean/neg), and
+[1/5]({_X}row=rope/col=diverged) RoPE runs diverged. A step took
+[47.1](results/n.json#timing.p50*1e3) ms, the late positions moved by
+[-0.047](results/n.json#rise), and GPT-2 in float32 ran E4 for 5 seeds.
+"""
+FIXTURE_JSON = {"tokens": 204800, "rise": -0.0471, "timing": {"p50": 0.04712},
+                "glue": {"bigram": "4.004", "gap": "-0.178"}}
+FIXTURE_ALLOW = [("at twice the\ntrained length", "2T, the setting measured")]
+
+
+@pytest.fixture
+def fixture_root(tmp_path):
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "n.json").write_text(json.dumps(FIXTURE_JSON))
+    return tmp_path
+
+
+def _links(text, table):
+    """Numeric links, table-cell links first when `table` is set."""
+    return [m for m in LINK.finditer(text)
+            if NUMBER.fullmatch(m.group(1)) and "#" in m.group(2)
+            and (("#table-" in m.group(2)) == table)]
+
+
+def _plant(text, m, shown):
+    return text[:m.start()] + f"[{shown}]({m.group(2)})" + text[m.end():]
+
+
+def _flip(x):
+    return x[1:] if x[0] == "-" else "-" + x.lstrip("+")
+
+
+def _bump(x):
+    return x[:-1] + str((int(x[-1]) + 1) % 10)
+
+
+CASES = {
+    "fixture": (lambda root: (FIXTURE, root, FIXTURE_ALLOW)),
+    "REPORT.md": (lambda root: (REPORT, ROOT, ALLOW)),
+}
+
+
+@pytest.fixture(params=sorted(CASES))
+def case(request, fixture_root):
+    return CASES[request.param](fixture_root)
+
+
+def _unplaced(found):
+    return [re.sub(r"^line \d+: ", "", p) for p in found]
+
+
+@functools.lru_cache(maxsize=None)
+def _before(text, root, allow):
+    return set(_unplaced(problems(text, root, list(allow))))
+
+
+def _new(case, planted):
+    """The problems the planted text has and the original has not."""
+    text, root, allow = case
+    before = _before(text, root, tuple(allow))
+    return [p for p in _unplaced(problems(planted, root, allow))
+            if p not in before]
+
+
+def test_fixture_is_clean(fixture_root):
+    assert problems(FIXTURE, fixture_root, FIXTURE_ALLOW) == []
+    assert table_problems(FIXTURE, {"X1": lambda: FIXTURE_TABLE}) == []
+
+
+def test_planted_wrong_cell_is_reported(case):
+    text = case[0]
+    m = _links(text, table=True)[0]
+    found = _new(case, _plant(text, m, _bump(m.group(1))))
+    assert len(found) == 1 and "reads" in found[0], found
+
+
+@pytest.mark.parametrize("table", [True, False])
+def test_planted_sign_flip_is_reported(case, table):
+    text = case[0]
+    for m in _links(text, table)[:3]:  # "0.047" against "-0.047"
+        found = _new(case, _plant(text, m, _flip(m.group(1))))
+        assert len(found) == 1 and m.group(2) in found[0], found
+
+
+def test_planted_neg_flip_is_reported(case):
+    text = case[0]
+    m = [m for m in _links(text, table=True) if m.group(2).endswith("/neg")]
+    assert m, "the report states a magnitude through /neg"
+    found = _new(case, _plant(text, m[0], _flip(m[0].group(1))))
+    assert len(found) == 1 and "reads" in found[0], found
+
+
+@pytest.mark.parametrize("word", [
+    "fiftyfold", "16x", "1.3x", "three times", "twice", "half", "tenfold",
+    "a third", "sixteen", "12%", "2,048", "64", "0.047", "-0.047", "6e-07"])
+def test_planted_unlinked_number_is_reported(case, word):
+    text = case[0]
+    first = text.index("\n\n") + 2  # a new paragraph under the title
+    planted = text[:first] + f"It ran {word} faster.\n\n" + text[first:]
+    found = _new(case, planted)
+    assert len(found) == 1 and f"unlinked {word!r}" in found[0], found
+
+
+def test_planted_wrong_json_value_is_reported(case):
+    text = case[0]
+    m = _links(text, table=False)[0]
+    found = _new(case, _plant(text, m, _bump(m.group(1))))
+    assert len(found) == 1 and "the file holds" in found[0], found
+
+
+def test_planted_wrong_table_is_reported(case):
+    """A marked table that differs from its rebuild (here: the table as
+    written) by one digit is reported."""
+    text = case[0]
+    tables = marked_tables(text)
+    rebuild = {n: (lambda w="\n".join(t[2]): w) for n, t in tables.items()}
+    name, (_, _, lines) = next(iter(tables.items()))
+    row = lines[2]
+    k = max(i for i, c in enumerate(row) if c.isdigit())
+    planted = text.replace(row, _bump(row[:k + 1]) + row[k + 1:], 1)
+    assert table_problems(text, rebuild) == []
+    assert table_problems(planted, rebuild) == [
+        f"table {name} differs from its rebuild"]
+
+
+@pytest.mark.parametrize("spec, error", [
+    ("row=rope/col=loss-at-t-64", "needs part="),
+    ("row=rope/col=diverged/part=mean", "has no part"),
+    ("row=rope/col=loss/part=mean", "is not one of"),
+    ("row=gpt/col=diverged", "matches 0 rows"),
+    ("col=diverged", "needs row= and col="),
+    ("row=rope/col=diverged/sign=-", "unknown segment"),
+])
+def test_table_link_must_name_one_cell(spec, error):
+    with pytest.raises(LookupError, match=error):
+        table_cell(marked_tables(FIXTURE), "X1", spec)
+
+
+def test_table_link_path_and_part(fixture_root):
+    tables = marked_tables(FIXTURE)
+    assert table_cell(tables, "X1", "row=none/col=none-minus-this-paired/"
+                      "part=lo") == "-0.053"
+    assert table_cell(tables, "X1", "row=none/col=none-minus-this-paired/"
+                      "part=hi/neg") == "0.040"
+    wrong = FIXTURE.replace("results/experiments/X1/#table-X1/row=rope/"
+                            "col=diverged", "results/experiments/E4/"
+                            "#table-X1/row=rope/col=diverged")
+    found = problems(wrong, fixture_root, FIXTURE_ALLOW)
+    assert len(found) == 1 and "path must be" in found[0], found
+
+
+def test_allow_entries_are_per_occurrence(fixture_root):
+    twice = FIXTURE + "\nagain at twice the\ntrained length.\n"
+    assert any("occurs 2 times" in p
+               for p in problems(twice, fixture_root, FIXTURE_ALLOW))
+    stale = FIXTURE_ALLOW + [("## 1. Set-up", "a heading")]
+    assert problems(FIXTURE, fixture_root, stale) == [
+        "ALLOW entry '## 1. Set-up' covers no number (stale)"]
+
+
+@pytest.mark.parametrize("text", [
+    "E4 and E14", "GPT-2", "float32", "5 seeds", "chapter 12",
+    "sections 6 and 7", "$T = 64$", "95% interval", "positions 64 to 127",
+    "Prediction: within 0.05 nats of 5.6."])
+def test_names_and_definitions_need_no_link(fixture_root, text):
+    assert problems(f"# T\n\n{text}\n", fixture_root, []) == []
