@@ -1,8 +1,8 @@
 """Failure tests: the probes of chapter "Ablations" run with a deliberate bug
 applied, to show that each measurement catches what it claims to catch.
 
-    python tools/failure_tests.py e13      # ~2-5 min on 2 shared cores
-    python tools/failure_tests.py e12-hf   # ~1 min: E12 against HF GPT-2
+    python tools/failure_tests.py e13      # ~5 min on 2 shared cores (6 runs)
+    python tools/failure_tests.py e12-hf   # ~1.5 min: E12 against HF GPT-2
     python tools/failure_tests.py all
 
 e13: E13 (`transformer.experiments.measure_e13`, uniformly random tokens,
