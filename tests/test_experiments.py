@@ -322,6 +322,7 @@ def test_probes_smoke_resume_and_records(tmp_path, capsys):
     e12 = [json.loads(p.read_text())
            for p in (tmp_path / "smoke").glob("E12/*.json")]
     assert all(r["final"]["max_relative_error"] == 0.0 for r in e12)
+    assert all(r["final"]["as_derived"] == 1.0 for r in e12)
     assert isinstance(PROBES["E10"], Probe)
 
 
@@ -401,3 +402,81 @@ def test_judge_complements_and_bad_input():
         judge(_interval(0, 1), "less")
     with pytest.raises(ValueError, match="margin"):
         judge(_interval(0, 1), "below", -0.1)
+
+
+FAILURE_TESTS = ROOT / "failure_tests"
+
+
+def test_e13_verdict_bands():
+    """The decision E13 and tools/failure_tests.py share: a pass inside
+    E13_BAND, caught more than E13_CAUGHT away from zero on either side."""
+    from transformer.experiments import E13_BAND, E13_CAUGHT, e13_verdict
+    assert E13_BAND[0] < 0 < E13_BAND[1] < E13_CAUGHT
+    assert e13_verdict(0.0) == "pass"
+    assert e13_verdict(E13_BAND[0]) == e13_verdict(E13_BAND[1]) == "pass"
+    assert e13_verdict(-E13_CAUGHT - 1e-9) == "leak"
+    assert e13_verdict(E13_CAUGHT + 1e-9) == "misfit"
+    assert e13_verdict(-E13_CAUGHT) == "unclear"
+    assert e13_verdict((E13_BAND[1] + E13_CAUGHT) / 2) == "unclear"
+
+
+def test_committed_e13_catches_both_bugs():
+    """The committed E13 records pass for the correct model, and the
+    committed failure tests (tools/failure_tests.py e13) show each
+    deliberate bug caught, on the side declared, for every seed of E13's
+    current declaration and recipe."""
+    from transformer.experiments import LEAK_MODEL, e13_verdict
+    probe = PROBES["E13"]
+    recs = [json.loads(p.read_text())
+            for p in sorted((ROOT / "E13").glob("*.json"))]
+    assert sorted(r["seed"] for r in recs) == list(probe.seeds)
+    assert all(e13_verdict(r["final"]["excess"]) == "pass" for r in recs)
+    ft = json.loads((FAILURE_TESTS / "E13_mutants.json").read_text())
+    assert ft["model"] == LEAK_MODEL and ft["seeds"] == list(probe.seeds)
+    assert set(ft["mutants"]) == {"mask_after_softmax",
+                                  "targets_not_shifted"}
+    for name, expect in (("mask_after_softmax", "leak"),
+                         ("targets_not_shifted", "misfit")):
+        m = ft["mutants"][name]
+        assert m["expect"] == expect and m["caught"] is True
+        assert sorted(m["runs"], key=int) == [str(s) for s in probe.seeds]
+        for run in m["runs"].values():
+            assert e13_verdict(run["excess"]) == expect == run["verdict"]
+    # the loader bug fools the estimate drawn through the same loader
+    assert all(r["excess_loader"] < -0.5 for r in
+               ft["mutants"]["targets_not_shifted"]["runs"].values())
+
+
+def test_e12_counts_what_decoding_holds_and_can_fail():
+    """E12 counts the tensors the caches of a real decode_stream
+    generation hold: exactly kv_cache_bytes at block_size, every
+    position fed filled. A cache that allocates twice the positions the
+    loop asks for is caught (relative error 1.0 > 5%)."""
+    import transformer.kv_cache as kv
+    from transformer.experiments import measure_e12
+    out = measure_e12(0, smoke=True)
+    assert out["max_relative_error"] == 0.0 and out["as_derived"] == 1.0
+    real = kv.make_caches
+
+    def oversized(model, B, max_len):
+        return real(model, B, 2 * max_len)
+    kv.make_caches = oversized
+    try:
+        bad = measure_e12(0, smoke=True)
+    finally:
+        kv.make_caches = real
+    assert bad["max_relative_error"] == 1.0 > 0.05
+
+
+def test_committed_e12_against_hugging_face():
+    """tools/failure_tests.py e12-hf: Hugging Face GPT-2's cache, after
+    greedy generation at E12's shapes, holds exactly kv_cache_bytes at
+    the positions it filled (it grows by concatenation)."""
+    from transformer.experiments import E12_SHAPES
+    hf = json.loads((FAILURE_TESTS / "E12_hf.json").read_text())
+    assert [(r["B"], r["prompt"]) for r in hf["shapes"]] == [
+        (B, T0) for B, T0, _ in E12_SHAPES]
+    assert hf["max_relative_error"] == 0.0 and hf["as_derived"] is True
+    for r in hf["shapes"]:
+        assert r["held_bytes"] == r["derived_filled"]
+        assert r["filled"] == r["prompt"] + r["new"] - 1

@@ -24,7 +24,9 @@ __all__ = [
     "overfit_config",
     "shuffled_config",
     "measure_e10",
+    "leak_config",
     "measure_e13",
+    "e13_verdict",
     "measure_e11",
     "measure_e12",
     "recall_batch",
@@ -753,7 +755,7 @@ TABLE_METRICS = {
     "E10": ("corpus_loss", "below_0.1"),
     "E11": ("cached_ratio", "cached_within", "uncached_ratio",
             "cached_p50_ms", "uncached_p50_ms"),
-    "E12": ("max_relative_error",),
+    "E12": ("max_relative_error", "as_derived"),
     "E13": ("excess", "se"),
 }
 
@@ -824,22 +826,63 @@ def measure_e10(seed: int, smoke: bool = False) -> dict:
             "raw": {"train_loss": hist["train_loss"]}}
 
 
+# E13's recipe: a vocabulary of four tokens, windows of 16 and two small
+# blocks, so that a leak is cheap to learn; a fixed learning rate high
+# enough to learn it in 400 steps (section "E10 to E13, through the
+# runner" shows why the tiny preset's shape and V = 1024 were not)
+LEAK_MODEL = {"vocab_size": 4, "block_size": 16, "n_layer": 2,
+              "n_head": 2, "n_embd": 32}
+E13_BAND = (-0.01, 0.02)  # held-out loss minus ln V, nats: a pass
+E13_CAUGHT = 0.05  # an excess this far outside 0 (either side): caught
+
+
+def leak_config(steps: int = 400, seed: int = 0) -> TrainConfig:
+    """E13's training recipe: 400 steps of 32 windows of 16 uniformly
+    random tokens, learning rate 1e-2 after 20 warm-up steps, cosine to
+    1e-3, no weight decay."""
+    return TrainConfig(steps=steps, batch_size=32, lr=1e-2, min_lr=1e-3,
+                       warmup_steps=min(20, steps), weight_decay=0.0,
+                       eval_interval=max(1, steps // 4), eval_batches=4,
+                       seed=seed, checkpoint_interval=0)
+
+
 def measure_e13(seed: int, smoke: bool = False) -> dict:
-    """E13: trained on uniformly random tokens, the held-out loss minus
-    ln V, with its standard error over held-out tokens. Section
-    "Probes"."""
-    V = 1024
+    """E13: trained on uniformly random tokens (V = 4), the held-out loss
+    minus ln V over every target of a fresh stream, with its standard
+    error over tokens. The held-out windows are cut and shifted by the
+    evaluator itself (heldout_losses with n_batches=None), not by the
+    training loader. Section "Probes"."""
+    V = LEAK_MODEL["vocab_size"]
     g = torch.Generator().manual_seed(1234 + seed)
-    train_ids = torch.randint(0, V, (100_000,), generator=g)  # (N,)
-    val_ids = torch.randint(0, V, (2_000 if smoke else 50_000,),
+    train_ids = torch.randint(0, V, (50_000,), generator=g)  # (N,)
+    val_ids = torch.randint(0, V, (2_000 if smoke else 20_000,),
                             generator=g)  # (M,)
-    cfg = shuffled_config(4 if smoke else 200, seed)
-    model = init_model(_tiny_config(smoke), seed)
-    train(model, train_ids, val_ids, cfg)
-    nll = heldout_losses(model, val_ids, 64, 32, None).view(-1)  # (n T,)
+    cfg = leak_config(4 if smoke else 400, seed)
+    model = init_model(GPTConfig(**LEAK_MODEL), seed)
+    hist = train(model, train_ids, val_ids, cfg)
+    T = LEAK_MODEL["block_size"]
+    nll = heldout_losses(model, val_ids, T, 64, None).view(-1)  # (n T,)
     return {"excess": nll.mean().item() - math.log(V),
             "se": (nll.std() / nll.numel() ** 0.5).item(),
-            "n_tokens": nll.numel()}
+            "n_tokens": nll.numel(),
+            "raw": {"train_loss": hist["train_loss"],
+                    "val_steps": hist["val_steps"],
+                    "val_loss": hist["val_loss"]}}
+
+
+def e13_verdict(excess: float) -> str:
+    """What one E13 excess (nats) says: "pass" inside E13_BAND, "leak"
+    more than E13_CAUGHT below zero (the model predicts what the past
+    cannot tell it), "misfit" more than E13_CAUGHT above (it learned a
+    rule the held-out targets do not follow, or cannot fit the uniform
+    distribution), "unclear" in between. Section "Probes"."""
+    if E13_BAND[0] <= excess <= E13_BAND[1]:
+        return "pass"
+    if excess < -E13_CAUGHT:
+        return "leak"
+    if excess > E13_CAUGHT:
+        return "misfit"
+    return "unclear"
 
 
 def _decode_times(model, prompt, n: int, cached: bool) -> list[float]:
@@ -895,20 +938,70 @@ def measure_e11(seed: int, smoke: bool = False) -> dict:
     return out
 
 
+def _tensor_bytes(objs) -> int:
+    """Bytes of the distinct storages of every tensor attribute of
+    `objs` (a storage shared by two views counts once)."""
+    storages = {}
+    for obj in objs:
+        for value in vars(obj).values():
+            if isinstance(value, torch.Tensor):
+                st = value.untyped_storage()
+                storages[st.data_ptr()] = st.nbytes()
+    return sum(storages.values())
+
+
+E12_SHAPES = ((1, 8, 24), (4, 16, 48), (2, 1, 127))  # (B, prompt, new)
+
+
 def measure_e12(seed: int, smoke: bool = False) -> dict:
-    """E12: bytes the KV cache buffers occupy against the derived
-    2 L B T H Dh bytes, for the tiny preset at several batch sizes and
-    lengths (deterministic; every seed must agree). Section "Probes"."""
+    """E12: a real greedy generation through the book's one decoding loop
+    (decode_stream, chapter "The KV cache") with the cache on, for the
+    tiny preset's shape at E12_SHAPES; the caches the loop hands the
+    model are caught on their way in (a forward pre-hook), and after the
+    last token the bytes of every tensor they hold are counted from
+    their storages and set against kv_cache_bytes (chapter "The cost
+    model") at the length the loop allocates, block_size. Also records
+    how many positions were filled, and how many cache sets the loop
+    made. Deterministic: every seed must agree. Section "Probes"."""
     from transformer.cost_model import kv_cache_bytes
-    from transformer.kv_cache import make_caches
+    from transformer.kv_cache import decode_stream
     cfg = _tiny_config(smoke)
-    model = GPT(cfg)
-    worst = 0.0
-    for B, T in ((1, 32), (1, cfg.block_size), (4, 64), (8, 16)):
-        measured = sum(c.nbytes for c in make_caches(model, B, T))
-        derived = kv_cache_bytes(T, B, cfg)
-        worst = max(worst, abs(measured - derived) / derived)
-    return {"max_relative_error": worst}
+    model = init_model(cfg, seed).eval()
+    g = torch.Generator().manual_seed(seed)
+    seen = []
+
+    def catch(module, args, kwargs):
+        caches = kwargs.get("caches")
+        if caches is not None and all(caches is not c for c in seen):
+            seen.append(caches)
+
+    worst, rows = 0.0, []
+    handle = model.register_forward_pre_hook(catch, with_kwargs=True)
+    try:
+        for B, T0, N in E12_SHAPES:
+            N = min(N, cfg.block_size - T0)
+            seen.clear()
+            prompt = torch.randint(0, cfg.vocab_size, (B, T0),
+                                   generator=g)  # (B, T0)
+            n_out = sum(1 for _ in decode_stream(model, prompt, N,
+                                                 temperature=0))
+            caches = seen[-1]
+            held = _tensor_bytes(caches)
+            derived = kv_cache_bytes(cfg.block_size, B, cfg)
+            filled = caches[0].length
+            worst = max(worst, abs(held - derived) / derived)
+            rows.append({"B": B, "prompt": T0, "new": n_out,
+                         "cache_sets": len(seen), "layers": len(caches),
+                         "filled": filled, "held_bytes": held,
+                         "derived_bytes": derived,
+                         "derived_filled": kv_cache_bytes(filled, B, cfg)})
+    finally:
+        handle.remove()
+    as_derived = all(r["cache_sets"] == 1 and r["layers"] == cfg.n_layer
+                     and r["filled"] == r["prompt"] + r["new"] - 1
+                     for r in rows)
+    return {"max_relative_error": worst, "as_derived": float(as_derived),
+            "raw": {"shapes": rows}}
 
 
 PROBES = {p.id: p for p in [
@@ -924,13 +1017,22 @@ PROBES = {p.id: p for p in [
                      "without it, more than 2x",
           falsifier="a cached ratio above 1.25, or an uncached one below "
                     "2"),
-    Probe("E12", "Derived against measured KV-cache memory", measure_e12,
-          prediction="the cache buffers occupy exactly the derived bytes",
+    Probe("E12", "Derived against held KV-cache memory", measure_e12,
+          prediction="after a greedy generation through decode_stream, "
+                     "the tensors its caches hold occupy exactly "
+                     "kv_cache_bytes(block_size, B): one set of caches, "
+                     "one per layer, T0 + N - 1 positions filled",
           falsifier="a relative error above 5% at any shape"),
-    Probe("E13", "Shuffled targets converge to ln V", measure_e13,
-          prediction="held-out loss minus ln V in [-0.01, 0.05] nats",
-          falsifier="an excess below -0.01 (a leak) or above 0.05 (an "
-                    "optimiser problem)"),
+    Probe("E13", "Unpredictable targets: the loss must not go below ln V",
+          measure_e13,
+          prediction="the held-out loss minus ln V lies in [-0.01, "
+                     "+0.02] nats for every seed; with the mask applied "
+                     "after the softmax (chapter \"Training\") it ends "
+                     "below -0.05 for every seed, and with targets not "
+                     "shifted (y = x) above +0.05",
+          falsifier="the correct model outside [-0.01, +0.02] for any "
+                    "seed, or either deliberate bug within 0.05 of 0 for "
+                    "any seed (tools/failure_tests.py runs the bugs)"),
 ]}
 EXPERIMENTS.update(PROBES)
 
