@@ -27,7 +27,7 @@ GRIDS = [e for e in EXPERIMENTS.values() if isinstance(e, Experiment)]
 
 @pytest.fixture(scope="module")
 def data():
-    return token_stream(1024)
+    return token_stream(257)  # the experiments' byte-level stream
 
 
 def _decl(**kw):
@@ -140,8 +140,8 @@ def test_token_budget_fixed():
             mc, rc = exp.configs(stratum, value)
             budgets.add(rc.steps * rc.batch_size * mc.block_size)
         assert len(budgets) == 1, exp.id
-    assert EXPERIMENTS["E4"].configs(None, "rope")[1].steps * 16 * 64 == \
-        204_800
+    mc, rc = EXPERIMENTS["E4"].configs(None, "rope")
+    assert rc.steps * rc.batch_size * mc.block_size == 400 * 32 * 64
 
 
 def test_runs_use_the_one_training_loop_and_evaluator(data):
