@@ -19,7 +19,7 @@ MAX_LINES = 60  # of an export cell's source, its `#|` lines included
 # be is an error too, so remove it from the set when its split lands.
 PENDING = {
     "09_training",
-    "15_ablations", "95_cli",
+    "15_ablations",
 }
 
 # `$$ ... $$ (label)` closes a numbered equation (its line may be indented,

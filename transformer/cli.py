@@ -499,16 +499,8 @@ def _write_json(path: Path, obj) -> None:
     os.replace(tmp, path)
 
 
-def run_train(args) -> int:
-    """`python -m transformer train`. Section "Training"."""
-    import transformer.training as tr
-    _set_threads(args.threads)
-    device = parse_device(args.device)
-    overrides = parse_overrides(args.overrides)
-    if args.vocab_size is not None:
-        if overrides.get("vocab_size", args.vocab_size) != args.vocab_size:
-            raise ValueError("--vocab-size: differs from --set vocab_size")
-        overrides["vocab_size"] = args.vocab_size
+def _output_paths(args) -> tuple[Path, Path | None]:
+    """(checkpoint, log or None) of `train`, each checked writable."""
     path = Path(args.checkpoint or f"checkpoints/{args.preset or 'tiny'}"
                                    f".pt")
     check_output_path(path, "--checkpoint")
@@ -516,6 +508,14 @@ def run_train(args) -> int:
                                                           "--log")
     if log is not None and log.absolute() == path.absolute():
         raise ValueError("--log: the same file as --checkpoint")
+    return path, log
+
+
+def _run_configs(args, path: Path, overrides: dict):
+    """(checkpoint or None, model config, training config): a resumed
+    run's from its checkpoint, a new run's from the preset; refuses to
+    replace an existing checkpoint without --force."""
+    import transformer.training as tr
     ckpt = None
     if path.exists() and args.resume:
         if args.preset is not None:
@@ -530,6 +530,21 @@ def run_train(args) -> int:
     else:
         model_cfg, train_cfg = tr.configs_from(args.preset or "tiny",
                                                overrides)
+    return ckpt, model_cfg, train_cfg
+
+
+def run_train(args) -> int:
+    """`python -m transformer train`. Section "Training"."""
+    import transformer.training as tr
+    _set_threads(args.threads)
+    device = parse_device(args.device)
+    overrides = parse_overrides(args.overrides)
+    if args.vocab_size is not None:
+        if overrides.get("vocab_size", args.vocab_size) != args.vocab_size:
+            raise ValueError("--vocab-size: differs from --set vocab_size")
+        overrides["vocab_size"] = args.vocab_size
+    path, log = _output_paths(args)
+    ckpt, model_cfg, train_cfg = _run_configs(args, path, overrides)
     tokenizer, train_ids, val_ids, data = _training_data(
         args.data, model_cfg.vocab_size, ckpt)
     T = train_cfg.seq_len or model_cfg.block_size
@@ -775,6 +790,16 @@ def _on_sigterm(signum, frame):
     raise _Terminated
 
 
+def _broken_pipe() -> int:
+    """Exit quietly once stdout's reader has gone (`cost | head -3`):
+    point stdout at /dev/null so that the final flush cannot fail again,
+    and return 141, the code of a process ended by SIGPIPE."""
+    import os
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return 141
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run `python -m transformer COMMAND ...`; return the exit code: 0
     done, 2 a usage error or a bad file (one line on stderr, never a
@@ -825,13 +850,3 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if old is not None:
             signal.signal(signal.SIGTERM, old)
-
-
-def _broken_pipe() -> int:
-    """Exit quietly once stdout's reader has gone (`cost | head -3`):
-    point stdout at /dev/null so that the final flush cannot fail again,
-    and return 141, the code of a process ended by SIGPIPE."""
-    import os
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    return 141
