@@ -183,11 +183,20 @@ def _parser(verb: str, description: str, epilog: str = "") -> _Parser:
                    epilog=epilog, formatter_class=_Formatter)
 
 
-def _threads(p: argparse.ArgumentParser) -> None:
+def _machine_options(p: argparse.ArgumentParser) -> None:
+    """--threads and --device, for the verbs that run a model."""
     p.add_argument("--threads", type=_int_at_least(1), default=None,
                    metavar="N",
                    help="torch threads (default: PyTorch's choice; 1 is "
                         "often faster on a busy machine)")
+    p.add_argument("--device", default="cpu",
+                   help="where the model runs: cpu, cuda, cuda:N or mps "
+                        "(where present)")
+
+
+def _checkpoint_input(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--checkpoint", required=True, metavar="PATH",
+                   help="a checkpoint written by train")
 
 
 def _fields_epilog() -> str:
@@ -206,12 +215,6 @@ def _fields_epilog() -> str:
                          + (f" = {default}" if default else "")
                          + (f"  [{by_preset}]" if by_preset else ""))
     return "\n".join(lines)
-
-
-def _device_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--device", default="cpu",
-                   help="where the model runs: cpu, cuda, cuda:N or mps "
-                        "(where present)")
 
 
 def train_parser() -> _Parser:
@@ -255,8 +258,7 @@ def train_parser() -> _Parser:
                    help="also write the loss history to PATH as JSON")
     p.add_argument("--no-progress", action="store_true",
                    help="no progress bar")
-    _threads(p)
-    _device_option(p)
+    _machine_options(p)
     return p
 
 
@@ -264,8 +266,7 @@ def eval_parser() -> _Parser:
     p = _parser("eval", "Held-out loss, perplexity and bits per byte of "
                 "a checkpoint, on the text it was trained on or on any "
                 "other (chapter 'Training', section 'Your own text').")
-    p.add_argument("--checkpoint", required=True, metavar="PATH",
-                   help="a checkpoint written by train")
+    _checkpoint_input(p)
     p.add_argument("--data", default=None, metavar="PATH",
                    help="a UTF-8 text file or a folder of .txt files "
                         "(default: the text the checkpoint was trained on)")
@@ -275,8 +276,7 @@ def eval_parser() -> _Parser:
                         "on)")
     p.add_argument("--batch-size", type=_int_at_least(1), default=16,
                    metavar="B", help="windows per forward pass")
-    _threads(p)
-    _device_option(p)
+    _machine_options(p)
     return p
 
 
@@ -285,8 +285,7 @@ def sample_parser() -> _Parser:
                 "train, printing each token as it is drawn (chapters "
                 "'Sampling' and 'The KV cache'). Ctrl-C stops it and keeps "
                 "what was printed.")
-    p.add_argument("--checkpoint", required=True, metavar="PATH",
-                   help="a checkpoint written by train")
+    _checkpoint_input(p)
     p.add_argument("--prompt", default="\n", help="text to continue")
     p.add_argument("--max-new-tokens", type=_int_at_least(0), default=200,
                    metavar="N", help="tokens to generate (the window "
@@ -301,8 +300,7 @@ def sample_parser() -> _Parser:
                         "P or more (default: all)")
     p.add_argument("--seed", type=_int_at_least(0), default=0,
                    metavar="N", help="seed of the sampling generator")
-    _threads(p)
-    _device_option(p)
+    _machine_options(p)
     return p
 
 
@@ -353,10 +351,12 @@ def experiment_parser() -> _Parser:
     return p
 
 
-def _set_threads(n: int | None) -> None:
-    if n is not None:
+def _machine(args):
+    """Apply --threads, then return the checked --device."""
+    if args.threads is not None:
         import torch
-        torch.set_num_threads(n)
+        torch.set_num_threads(args.threads)
+    return parse_device(args.device)
 
 
 def parse_device(name: str):
@@ -499,16 +499,8 @@ def _write_json(path: Path, obj) -> None:
     os.replace(tmp, path)
 
 
-def run_train(args) -> int:
-    """`python -m transformer train`. Section "Training"."""
-    import transformer.training as tr
-    _set_threads(args.threads)
-    device = parse_device(args.device)
-    overrides = parse_overrides(args.overrides)
-    if args.vocab_size is not None:
-        if overrides.get("vocab_size", args.vocab_size) != args.vocab_size:
-            raise ValueError("--vocab-size: differs from --set vocab_size")
-        overrides["vocab_size"] = args.vocab_size
+def _output_paths(args) -> tuple[Path, Path | None]:
+    """(checkpoint, log or None) of `train`, each checked writable."""
     path = Path(args.checkpoint or f"checkpoints/{args.preset or 'tiny'}"
                                    f".pt")
     check_output_path(path, "--checkpoint")
@@ -516,6 +508,14 @@ def run_train(args) -> int:
                                                           "--log")
     if log is not None and log.absolute() == path.absolute():
         raise ValueError("--log: the same file as --checkpoint")
+    return path, log
+
+
+def _run_configs(args, path: Path, overrides: dict):
+    """(checkpoint or None, model config, training config): a resumed
+    run's from its checkpoint, a new run's from the preset; refuses to
+    replace an existing checkpoint without --force."""
+    import transformer.training as tr
     ckpt = None
     if path.exists() and args.resume:
         if args.preset is not None:
@@ -530,6 +530,20 @@ def run_train(args) -> int:
     else:
         model_cfg, train_cfg = tr.configs_from(args.preset or "tiny",
                                                overrides)
+    return ckpt, model_cfg, train_cfg
+
+
+def run_train(args) -> int:
+    """`python -m transformer train`. Section "Training"."""
+    import transformer.training as tr
+    device = _machine(args)
+    overrides = parse_overrides(args.overrides)
+    if args.vocab_size is not None:
+        if overrides.get("vocab_size", args.vocab_size) != args.vocab_size:
+            raise ValueError("--vocab-size: differs from --set vocab_size")
+        overrides["vocab_size"] = args.vocab_size
+    path, log = _output_paths(args)
+    ckpt, model_cfg, train_cfg = _run_configs(args, path, overrides)
     tokenizer, train_ids, val_ids, data = _training_data(
         args.data, model_cfg.vocab_size, ckpt)
     T = train_cfg.seq_len or model_cfg.block_size
@@ -568,6 +582,17 @@ def run_train(args) -> int:
     return 0
 
 
+def _model_with_tokenizer(path, device):
+    """(model, tokenizer, checkpoint) of a checkpoint that holds a
+    tokenizer, as eval and sample need; ValueError otherwise."""
+    from transformer.training import model_from_checkpoint
+    model, tokenizer, ckpt = model_from_checkpoint(path, device)
+    if tokenizer is None:
+        raise ValueError(f"--checkpoint: {path!r} holds no tokenizer, so "
+                         f"no text can be encoded")
+    return model, tokenizer, ckpt
+
+
 def _text_for_eval(data_arg, ckpt: dict) -> tuple[str, str]:
     """(text, label) of the text to evaluate on."""
     from transformer.data import load_corpus
@@ -584,13 +609,9 @@ def run_eval(args) -> int:
     """`python -m transformer eval`. Section "Evaluating and sampling"."""
     import torch
     from transformer.data import train_val_split
-    from transformer.training import evaluate_text, model_from_checkpoint
-    _set_threads(args.threads)
-    device = parse_device(args.device)
-    model, tokenizer, ckpt = model_from_checkpoint(args.checkpoint, device)
-    if tokenizer is None:
-        raise ValueError(f"--checkpoint: {args.checkpoint!r} holds no "
-                         f"tokenizer, so no text can be encoded")
+    from transformer.training import evaluate_text
+    device = _machine(args)
+    model, tokenizer, ckpt = _model_with_tokenizer(args.checkpoint, device)
     text, label = _text_for_eval(args.data, ckpt)
     if args.split == "val":
         text = train_val_split(text)[1]
@@ -633,14 +654,9 @@ def run_sample(args) -> int:
     import torch
     from transformer.kv_cache import decode_stream
     from transformer.sampling import check_decoding
-    from transformer.training import model_from_checkpoint
-    _set_threads(args.threads)
-    device = parse_device(args.device)
+    device = _machine(args)
     check_decoding(args.temperature, args.top_k, args.top_p)
-    model, tokenizer, _ = model_from_checkpoint(args.checkpoint, device)
-    if tokenizer is None:
-        raise ValueError(f"--checkpoint: {args.checkpoint!r} holds no "
-                         f"tokenizer, so text cannot be encoded")
+    model, tokenizer, _ = _model_with_tokenizer(args.checkpoint, device)
     prompt = tokenizer.encode(args.prompt)
     if not prompt:
         raise ValueError("--prompt: expected at least one token")
@@ -775,6 +791,16 @@ def _on_sigterm(signum, frame):
     raise _Terminated
 
 
+def _broken_pipe() -> int:
+    """Exit quietly once stdout's reader has gone (`cost | head -3`):
+    point stdout at /dev/null so that the final flush cannot fail again,
+    and return 141, the code of a process ended by SIGPIPE."""
+    import os
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return 141
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run `python -m transformer COMMAND ...`; return the exit code: 0
     done, 2 a usage error or a bad file (one line on stderr, never a
@@ -825,13 +851,3 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if old is not None:
             signal.signal(signal.SIGTERM, old)
-
-
-def _broken_pipe() -> int:
-    """Exit quietly once stdout's reader has gone (`cost | head -3`):
-    point stdout at /dev/null so that the final flush cannot fail again,
-    and return 141, the code of a process ended by SIGPIPE."""
-    import os
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    return 141

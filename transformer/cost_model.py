@@ -71,7 +71,7 @@ def model_shape(config=None, **overrides) -> ModelShape:
     """A ModelShape from any object (or dict) with GPTConfig field names,
     plus keyword overrides; missing optional fields take GPT-2's defaults.
     A `pos_encoding` attribute other than 'learned' means no position
-    parameters. Defined in chapter "The cost model", section "The code"."""
+    parameters. Defined in chapter "The cost model", section "Symbols"."""
     if isinstance(config, ModelShape) and not overrides:
         return config
     names = {f.name for f in fields(ModelShape)}
@@ -282,6 +282,19 @@ def format_cost_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _plain_norm(h):
+    """LayerNorm without the affine part, over the last axis."""
+    mu = h.mean(-1, keepdim=True)  # (B, T, 1)
+    var = h.var(-1, keepdim=True, unbiased=False)  # (B, T, 1)
+    return (h - mu) / torch.sqrt(var + 1e-5)  # (B, T, D)
+
+
+def _gelu_tanh(h):
+    """GELU, tanh approximation, elementwise."""
+    c = math.sqrt(2 / math.pi)
+    return 0.5 * h * (1 + torch.tanh(c * (h + 0.044715 * h**3)))
+
+
 def attention_timing_parts(T: int, n_embd: int, n_head: int,
                            ffn_mult: float = 4, B: int = 1,
                            seed: int = 0) -> dict[str, Callable]:
@@ -302,11 +315,6 @@ def attention_timing_parts(T: int, n_embd: int, n_head: int,
     x = torch.randn(B, T, D, generator=g)  # (B, T, D)
     causal = torch.ones(T, T, dtype=torch.bool).tril()  # (T, T)
 
-    def norm(h):  # LayerNorm without the affine part
-        mu = h.mean(-1, keepdim=True)  # (B, T, 1)
-        var = h.var(-1, keepdim=True, unbiased=False)  # (B, T, 1)
-        return (h - mu) / torch.sqrt(var + 1e-5)  # (B, T, D)
-
     def heads(h):
         return h.view(B, T, H, Dh).transpose(1, 2)  # (B, H, T, Dh)
 
@@ -315,17 +323,13 @@ def attention_timing_parts(T: int, n_embd: int, n_head: int,
         att = att.masked_fill(~causal, float("-inf"))  # (B, H, T, T)
         return softmax(att) @ v  # (B, H, T, Dh)
 
-    def gelu(h):  # tanh approximation, elementwise
-        c = math.sqrt(2 / math.pi)
-        return 0.5 * h * (1 + torch.tanh(c * (h + 0.044715 * h**3)))
-
     def qkv(x):
-        q, k, v = (norm(x) @ W_qkv).split(D, dim=-1)  # 3 x (B, T, D)
+        q, k, v = (_plain_norm(x) @ W_qkv).split(D, dim=-1)  # 3 x (B, T, D)
         return heads(q), heads(k), heads(v)  # 3 x (B, H, T, Dh)
 
     def rest(x, y):  # y: attention output (B, H, T, Dh)
         h = x + y.transpose(1, 2).reshape(B, T, D) @ W_o  # (B, T, D)
-        return h + gelu(norm(h) @ W_1) @ W_2  # (B, T, D)
+        return h + _gelu_tanh(_plain_norm(h) @ W_1) @ W_2  # (B, T, D)
 
     with torch.no_grad():
         q, k, v = qkv(x)  # 3 x (B, H, T, Dh)

@@ -5,8 +5,8 @@ from __future__ import annotations
 __all__ = [
     "KVCache",
     "make_caches",
-    "generate",
     "decode_stream",
+    "generate",
 ]
 
 
@@ -77,43 +77,26 @@ def make_caches(model, B: int, max_len: int) -> list[KVCache]:
             for _ in range(cfg.n_layer)]
 
 
-def generate(model, idx: torch.Tensor, max_new_tokens: int,
-             temperature: float = 1.0, top_k: int | None = None,
-             top_p: float | None = None, use_cache: bool = True,
-             generator: torch.Generator | None = None) -> torch.Tensor:
-    """Append max_new_tokens tokens to each row of idx, one at a time,
-    drawn by sample_next (temperature 0 = greedy). With use_cache, the
-    prompt is run once and every later step feeds one token against the
-    KV cache; without it, every step reruns the whole sequence. Shapes:
-    idx (B, T0) -> (B, T0 + max_new_tokens). Derived in chapter "The KV
-    cache", moves 2 and 5, section "The code"."""
-    cfg = model.config
+def _check_prompt(idx) -> None:
+    """idx must be int64 token ids (B, T0) with T0 >= 1."""
     if not isinstance(idx, torch.Tensor) or idx.dtype != torch.int64 \
             or idx.dim() != 2 or idx.shape[1] < 1:
         raise ValueError("idx: expected an int64 tensor of shape (B, T0) "
                          "with T0 >= 1")
-    B, T0 = idx.shape
-    if T0 > cfg.block_size:
-        raise ValueError(f"idx: the prompt has {T0} tokens, longer than "
-                         f"the context, block_size = {cfg.block_size}")
+
+
+def _check_count(max_new_tokens) -> None:
     if isinstance(max_new_tokens, bool) or not isinstance(
             max_new_tokens, int) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens: expected an int >= 0, "
                          f"got {max_new_tokens!r}")
-    if T0 + max_new_tokens > cfg.block_size:
-        raise ValueError(f"max_new_tokens: prompt ({T0}) + max_new_tokens "
-                         f"({max_new_tokens}) exceeds block_size = "
-                         f"{cfg.block_size}")
+
+
+def _check_options(temperature, top_k, top_p, use_cache) -> None:
+    """The sampling rule's arguments (chapter "Sampling") and use_cache."""
     check_decoding(temperature, top_k, top_p)
     if not isinstance(use_cache, bool):
         raise ValueError(f"use_cache: expected a bool, got {use_cache!r}")
-    out = idx.new_empty(B, T0 + max_new_tokens)  # (B, T0 + N)
-    out[:, :T0] = idx
-    for t, nxt in enumerate(decode_stream(
-            model, idx, max_new_tokens, temperature, top_k, top_p,
-            use_cache, generator), start=T0):
-        out[:, t] = nxt  # (B,)
-    return out
 
 
 @torch.no_grad()  # on a generator: grad mode is off only while it runs
@@ -128,19 +111,13 @@ def decode_stream(model, idx: torch.Tensor, max_new_tokens: int,
     cache is full, the older half of the window is dropped and the rest
     re-run as a fresh prompt (one prefill per block_size // 2 tokens, and
     every token sees between half a window and a whole one). Until the
-    window fills, both paths draw the same tokens. Section "The code"."""
+    window fills, both paths draw the same tokens. Implements eq.
+    (eq-kv-step) one position per step (moves 2 and 5); chapter "The KV
+    cache", section "The decoding loop"."""
     cfg = model.config
-    if not isinstance(idx, torch.Tensor) or idx.dtype != torch.int64 \
-            or idx.dim() != 2 or idx.shape[1] < 1:
-        raise ValueError("idx: expected an int64 tensor of shape (B, T0) "
-                         "with T0 >= 1")
-    if isinstance(max_new_tokens, bool) or not isinstance(
-            max_new_tokens, int) or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens: expected an int >= 0, "
-                         f"got {max_new_tokens!r}")
-    check_decoding(temperature, top_k, top_p)
-    if not isinstance(use_cache, bool):
-        raise ValueError(f"use_cache: expected a bool, got {use_cache!r}")
+    _check_prompt(idx)
+    _check_count(max_new_tokens)
+    _check_options(temperature, top_k, top_p, use_cache)
     block, B = cfg.block_size, idx.shape[0]
     window = idx[:, -block:]  # (B, W), W <= block_size
     if use_cache:
@@ -165,3 +142,34 @@ def decode_stream(model, idx: torch.Tensor, max_new_tokens: int,
             window = window[:, -(block // 2 or 1):]  # (B, W')
             caches = make_caches(model, B, block)
             logits, _ = model(window, caches=caches)  # (B, W', V)
+
+
+def generate(model, idx: torch.Tensor, max_new_tokens: int,
+             temperature: float = 1.0, top_k: int | None = None,
+             top_p: float | None = None, use_cache: bool = True,
+             generator: torch.Generator | None = None) -> torch.Tensor:
+    """Append max_new_tokens tokens to each row of idx, one at a time,
+    drawn by sample_next (temperature 0 = greedy). With use_cache, the
+    prompt is run once and every later step feeds one token against the
+    KV cache; without it, every step reruns the whole sequence. Shapes:
+    idx (B, T0) -> (B, T0 + max_new_tokens). Derived in chapter "The KV
+    cache", moves 2 and 5, section "The decoding loop"."""
+    cfg = model.config
+    _check_prompt(idx)
+    B, T0 = idx.shape
+    if T0 > cfg.block_size:
+        raise ValueError(f"idx: the prompt has {T0} tokens, longer than "
+                         f"the context, block_size = {cfg.block_size}")
+    _check_count(max_new_tokens)
+    if T0 + max_new_tokens > cfg.block_size:
+        raise ValueError(f"max_new_tokens: prompt ({T0}) + max_new_tokens "
+                         f"({max_new_tokens}) exceeds block_size = "
+                         f"{cfg.block_size}")
+    _check_options(temperature, top_k, top_p, use_cache)
+    out = idx.new_empty(B, T0 + max_new_tokens)  # (B, T0 + N)
+    out[:, :T0] = idx
+    for t, nxt in enumerate(decode_stream(
+            model, idx, max_new_tokens, temperature, top_k, top_p,
+            use_cache, generator), start=T0):
+        out[:, t] = nxt  # (B,)
+    return out

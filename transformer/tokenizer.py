@@ -4,8 +4,8 @@ from __future__ import annotations
 
 __all__ = [
     "merge_pair",
-    "PreTokenizer",
     "BPETokenizer",
+    "PreTokenizer",
 ]
 
 
@@ -48,13 +48,309 @@ GPT2_PATTERN = (r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+"""
 END_OF_TEXT = "<|endoftext|>"
 
 
+_MAX_ID = sys.maxunicode  # an id is held as the character chr(id)
+
+
+def _check_special_tokens(special_tokens):
+    """(tokens, ids): ids is None for a tuple (ids follow the merges)."""
+    ids = None
+    if isinstance(special_tokens, dict):
+        tokens, ids = list(special_tokens), list(special_tokens.values())
+    elif isinstance(special_tokens, (tuple, list)):
+        tokens = list(special_tokens)
+    else:
+        raise ValueError("special_tokens: expected a tuple of str or a "
+                         f"dict str -> id, got {special_tokens!r}")
+    for tok in tokens:
+        if not isinstance(tok, str) or not tok:
+            raise ValueError("special_tokens: expected non-empty str, got "
+                             f"{tok!r}")
+    if len(set(tokens)) != len(tokens):
+        raise ValueError(f"special_tokens: duplicates in {special_tokens!r}")
+    return tokens, ids
+
+
+def _special_ids(special_tokens, vocab, first):
+    """{token: id}, each token's bytes entered in `vocab` under its id
+    (rule 3): ids first, first + 1, ... for a tuple (rule 1), a dict's
+    own ids if unused and from `first` on. Section "Special tokens"."""
+    tokens, ids = _check_special_tokens(special_tokens)
+    if ids is None:
+        ids = list(range(first, first + len(tokens)))
+    for tok, i in zip(tokens, ids):
+        if type(i) is not int or not first <= i <= _MAX_ID or i in vocab:
+            raise ValueError(f"special_tokens: id of {tok!r} is {i!r}, "
+                             f"expected an unused int in [{first}, "
+                             f"{_MAX_ID}]")
+        vocab[i] = tok.encode("utf-8")
+    return dict(zip(tokens, ids))
+
+
+def _special_splitter(specials):
+    """A regex whose split() keeps the special tokens (longest first)."""
+    alternatives = sorted(specials, key=len, reverse=True)
+    return re.compile("(" + "|".join(map(re.escape, alternatives)) + ")")
+
+
+def _check_merges(merges, max_token_bytes):
+    """{(a, b): 256 + k} for the k-th merge: a pair of earlier ids, so
+    that eq. (eq-bpe-vocab) gives it its bytes; no pair twice; and, if
+    max_token_bytes is not None, no token longer, lengths added as
+    integers before any token is built (section "Saving and loading")."""
+    n_bytes = [1] * 256  # token lengths, checked before any is built
+    rank = {}  # (a, b) -> merged id; a smaller id = earlier merge
+    for k, pair in enumerate(merges):
+        new_id = 256 + k
+        if (not isinstance(pair, (tuple, list)) or len(pair) != 2
+                or not all(type(x) is int and 0 <= x < new_id
+                           for x in pair)):
+            raise ValueError(f"merges: entry {k} is {pair!r}, expected "
+                             f"a pair of ids in [0, {new_id})")
+        a, b = pair
+        if (a, b) in rank:
+            raise ValueError(f"merges: entry {k} repeats {(a, b)}")
+        rank[(a, b)] = new_id
+        n_bytes.append(n_bytes[a] + n_bytes[b])
+        if max_token_bytes is not None and n_bytes[-1] > max_token_bytes:
+            raise ValueError(
+                f"merges: entry {k} would build a token of "
+                f"{n_bytes[-1]:,} bytes; max_token_bytes = "
+                f"{max_token_bytes:,}")
+    return rank
+
+
+def _check_byte_ids(byte_ids):
+    """The order of the single bytes as a tuple, byte_ids[b] the id of
+    byte b; None is the identity. Section "Real vocabularies"."""
+    if byte_ids is None:
+        byte_ids = range(256)
+    if (not isinstance(byte_ids, (tuple, list, range))
+            or sorted(byte_ids) != list(range(256))):
+        raise ValueError("byte_ids: expected a permutation of 0..255 "
+                         "(byte_ids[b] is the id of byte b)")
+    return tuple(byte_ids)
+
+
+class BPETokenizer:
+    """Byte-level BPE: ids 0..255 are the bytes (in the order `byte_ids`
+    gives, by default byte b is id b), id 256 + k is the k-th merge,
+    special tokens come last. Exactly reversible for every str and bytes,
+    whatever the pattern.
+
+    Build one with `BPETokenizer.train(text, vocab_size)`,
+    `BPETokenizer.load(path)` or `BPETokenizer.from_tiktoken(path,
+    pattern)`. pattern=None (plain byte-level BPE) makes the whole text
+    one chunk: fine for short texts, quadratic in long ones.
+    `special_tokens` is a tuple (ids follow the merges) or a dict
+    token -> id (any ids from 256 + len(merges) on). `max_token_bytes`
+    refuses merges that would build a longer token, before building any.
+    Derived in chapter "Tokenization: byte-level BPE" (moves 1-9, sections
+    "Pre-tokenization", "Special tokens" and "Real vocabularies"); each
+    method is added to the class after the move that derives it."""
+
+    def __init__(self, merges, pattern=GPT2_PATTERN, special_tokens=(),
+                 byte_ids=None, max_token_bytes=None):
+        self._rank = _check_merges(merges, max_token_bytes)
+        self.merges = list(self._rank)
+        self.byte_ids = _check_byte_ids(byte_ids)
+        self._byte_table = (None if self.byte_ids == tuple(range(256))
+                            else bytes(self.byte_ids))  # bytes.translate
+        self.vocab = {i: bytes([b]) for b, i in enumerate(self.byte_ids)}
+        self.vocab = dict(sorted(self.vocab.items()))
+        for k, (a, b) in enumerate(self.merges):  # eq-bpe-vocab
+            self.vocab[256 + k] = self.vocab[a] + self.vocab[b]
+        self.pattern = pattern
+        self.pre_tokenize = None if pattern is None else PreTokenizer(
+            pattern)
+        self.special_tokens = _special_ids(  # str -> id
+            special_tokens, self.vocab, 256 + len(self.merges))
+        self._n_ids = max(self.vocab) + 1
+        # the same merges, keyed by characters (move 8)
+        self._rank_of, self._pair_of, self._token_of = _char_tables(
+            self._rank, self.vocab)
+        self._cache = _ChunkCache(self._encode_text_chunk)
+        self._bytes_cache = _ChunkCache(self._encode_chunk)
+
+    @property
+    def vocab_size(self) -> int:
+        """One more than the largest id: 256 bytes + merges + special
+        tokens when the special tokens follow the merges."""
+        return self._n_ids
+
+    def __repr__(self):
+        kind = "regex" if self.pattern is not None else "plain byte-level"
+        return (f"BPETokenizer(vocab_size={self.vocab_size}, "
+                f"merges={len(self.merges)}, {kind}, "
+                f"special_tokens={list(self.special_tokens)})")
+
+
+def _chunk_counts(text, pre_tokenize, special_tokens):
+    """Unique pre-tokenized chunks c of `text` and how often each occurs,
+    n_c of eq. (eq-bpe-weighted).
+
+    Special tokens are cut out first, so no chunk straddles or contains one
+    (section "Special tokens")."""
+    parts = [text]
+    if special_tokens:
+        parts = _special_splitter(special_tokens).split(text)[::2]
+    counts = Counter()
+    if pre_tokenize is None:
+        counts.update(p for p in parts if p)
+    else:
+        for part in parts:
+            counts.update(pre_tokenize(part))
+    return counts
+
+
+def _pair_counts(chunk_counts):
+    """(words, weights, counts, where): each chunk of two or more bytes as
+    a list of ids with its weight n_c; N(a, b) of eq. (eq-bpe-weighted)
+    over all words; and each pair -> the set of words that contain it."""
+    words, weights = [], []
+    for chunk, n in chunk_counts.items():
+        ids = list(chunk.encode("utf-8", "surrogatepass"))
+        if len(ids) >= 2:  # a single byte has no pair to merge
+            words.append(ids)
+            weights.append(n)
+    counts, where = {}, {}
+    for w, ids in enumerate(words):
+        for pair in zip(ids, ids[1:]):
+            counts[pair] = counts.get(pair, 0) + weights[w]
+            where.setdefault(pair, set()).add(w)
+    return words, weights, counts, where
+
+
+def _merge_word(word, pair, new_id, n, counts, changed):
+    """`word` with each occurrence of `pair` replaced by `new_id`, left to
+    right as merge_pair does, and `counts` updated by eq. (eq-bpe-delta)
+    for a word of weight n: each old pair next to an occurrence loses n
+    once, each new pair that contains new_id gains n. Every pair touched
+    goes into `changed`. Returns (new word, the new pairs)."""
+    a, b = pair
+    size = len(word)
+    out, born, last_gone, i = [], [], -1, 0
+    while i < size:
+        x = word[i]
+        if x == a and i + 1 < size and word[i + 1] == b:
+            # the old pairs at i-1, i, i+1 disappear (each once)
+            for j in (i - 1, i, i + 1):
+                if last_gone < j < size - 1 and j >= 0:
+                    gone = (word[j], word[j + 1])
+                    counts[gone] -= n
+                    changed.add(gone)
+                    last_gone = j
+            x = new_id
+            i += 2
+        else:
+            i += 1
+        if out and (x == new_id or out[-1] == new_id):
+            new_pair = (out[-1], x)  # a pair that contains new_id
+            counts[new_pair] = counts.get(new_pair, 0) + n
+            changed.add(new_pair)
+            born.append(new_pair)
+        out.append(x)
+    return out, born
+
+
+def _train_merges(chunk_counts, n_merges):
+    """Up to `n_merges` BPE merges, in order, with incremental pair counts.
+
+    A heap of (-count, pair) finds the most frequent pair, ties going to
+    the smallest (a, b) as in eq. (eq-bpe-argmax); heap entries whose
+    count is out of date are discarded when popped. `where` may be stale
+    too: a word that lost the pair is visited and left unchanged. Merging
+    a pair touches only its words, and within a word only the pairs next
+    to a merge site, eq. (eq-bpe-delta). Derived in chapter
+    "Tokenization: byte-level BPE", moves 6-7."""
+    words, weights, counts, where = _pair_counts(chunk_counts)
+    heap = [(-n, pair) for pair, n in counts.items()]
+    heapq.heapify(heap)
+    merges = []
+    while len(merges) < n_merges and heap:
+        neg_n, pair = heapq.heappop(heap)
+        if counts.get(pair) != -neg_n:
+            continue  # stale: this pair's count changed after the push
+        new_id = 256 + len(merges)
+        merges.append(pair)
+        changed = set()
+        for w in where.pop(pair):
+            words[w], born = _merge_word(words[w], pair, new_id,
+                                         weights[w], counts, changed)
+            for p in born:
+                where.setdefault(p, set()).add(w)
+        for p in changed:
+            if counts[p] > 0:
+                heapq.heappush(heap, (-counts[p], p))
+            else:
+                del counts[p]
+                where.pop(p, None)
+    return merges
+
+
+def _check_text(text, name="text"):
+    if not isinstance(text, str):
+        hint = "; use encode_bytes for bytes" if isinstance(
+            text, (bytes, bytearray)) else ""
+        raise ValueError(f"{name}: expected str, got "
+                         f"{type(text).__name__}{hint}")
+
+
+def _train(cls, text, vocab_size, pattern=GPT2_PATTERN,
+           special_tokens=(END_OF_TEXT,)):
+    """Learn merges from `text` until the vocabulary has `vocab_size`
+    ids (fewer if no adjacent pair is left to merge).
+
+    Occurrences of the special tokens in `text` are document boundaries:
+    no merge crosses them. Ties between equally frequent pairs go to the
+    smallest (first id, second id), eq. (eq-bpe-argmax). Derived in
+    chapter "Tokenization: byte-level BPE", moves 2-7."""
+    _check_text(text)
+    if isinstance(special_tokens, dict):
+        raise ValueError("special_tokens: expected a tuple of str (train "
+                         "gives them the ids after the merges)")
+    tokens, _ = _check_special_tokens(special_tokens)
+    floor = 256 + len(tokens)
+    if type(vocab_size) is not int or vocab_size < floor:
+        raise ValueError(f"vocab_size: expected an int >= {floor} (256 "
+                         f"bytes, plus {len(tokens)} for the "
+                         f"special tokens), got {vocab_size!r}")
+    pre_tokenize = None if pattern is None else PreTokenizer(pattern)
+    chunks = _chunk_counts(text, pre_tokenize, tokens)
+    merges = _train_merges(chunks, vocab_size - floor)
+    return cls(merges, pattern, tokens)
+
+
+BPETokenizer.train = classmethod(_train)
+
+
+_CACHE_LIMIT = 1 << 17  # chunks remembered by encode before a reset
+
+
+class _ChunkCache(dict):
+    """chunk -> token characters; a chunk not seen yet is encoded once."""
+
+    def __init__(self, encode):
+        super().__init__()
+        self.encode = encode
+
+    def __missing__(self, chunk):
+        chars = self[chunk] = self.encode(chunk)
+        return chars
+
+
+_NO_RANK = 1 << 62  # the rank of a pair that was never merged
+_NEVER = itertools.repeat(_NO_RANK)  # map(ranks.get, pairs, _NEVER)
+_UTF32 = "utf-32-le" if sys.byteorder == "little" else "utf-32-be"
+_PACKED = array.array("I").itemsize == 4  # 4-byte ids: see _ids_of
+
+
 def _merge_chars(s, rank_of, pair_of):
     """Move 5 on one chunk held as characters, chr(id) per token: while
     some adjacent pair was merged in training, replace every occurrence
     of the lowest-ranked one, left to right (str.replace is merge_pair).
     rank_of: pair (2 characters) -> merged id; pair_of[id]: its pair.
-    Derived in chapter "Tokenization: byte-level BPE", section "Encoding
-    at real vocabulary sizes"."""
+    Derived in chapter "Tokenization: byte-level BPE", section "Making
+    it fast", move 8."""
     while len(s) > 1:
         new_id = min(map(rank_of, map(operator.add, s, s[1:]), _NEVER))
         if new_id == _NO_RANK:
@@ -71,22 +367,46 @@ def _ids_of(chars):
     return memoryview(data).cast("I").tolist()
 
 
-class _ChunkCache(dict):
-    """chunk -> token characters; a chunk not seen yet is encoded once."""
+def _char_tables(rank, vocab):
+    """The merges keyed by characters (move 8): pair chr(a) + chr(b) ->
+    merged id, merged id -> its pair, and bytes -> the character of the
+    first id with those bytes (a chunk that is a token is that token)."""
+    rank_of = {chr(a) + chr(b): i for (a, b), i in rank.items()}
+    pair_of = [None] * 256 + list(rank_of)
+    token_of = {}
+    for i in range(256 + len(rank)):
+        token_of.setdefault(vocab[i], chr(i))
+    return rank_of, pair_of, token_of
 
-    def __init__(self, encode):
-        super().__init__()
-        self.encode = encode
 
-    def __missing__(self, chunk):
-        chars = self[chunk] = self.encode(chunk)
-        return chars
+def _encode_chunk(self, data: bytes) -> str:
+    """Token characters of one chunk's bytes (moves 1, 5 and 8): a
+    chunk that is a token is that token, as move 5 would rebuild it."""
+    whole = self._token_of.get(data)
+    if whole is not None:
+        return whole
+    if self._byte_table is not None:
+        data = data.translate(self._byte_table)  # byte -> its id
+    return _merge_chars(data.decode("latin-1"), self._rank_of.get,
+                        self._pair_of)
 
 
-_TWIN_GROUPS = ("(?:", "(?=", "(?!", "(?<=", "(?<!", "(?>", "(?i:")
-_TWIN_PROBE = ("".join(map(chr, range(128))) + " Is't 'S a  b\t\n\n x1 22 "
-               "333 4444 ?! ...\r\n  \n'LL 'll 've'VE 're 'm 'd 't \x0b\x1c"
-               " a\x0c -- z9 'Z ' ' \n ")
+def _encode_text_chunk(self, chunk: str) -> str:
+    return self._encode_chunk(chunk.encode("utf-8", "surrogatepass"))
+
+
+def _encode_ordinary(self, text: str) -> str:
+    if self.pre_tokenize is None:
+        return self._encode_text_chunk(text) if text else ""
+    cache = self._cache
+    if len(cache) > _CACHE_LIMIT:
+        cache.clear()
+    return "".join(map(cache.__getitem__, self.pre_tokenize(text)))
+
+
+BPETokenizer._encode_chunk = _encode_chunk
+BPETokenizer._encode_text_chunk = _encode_text_chunk
+BPETokenizer._encode_ordinary = _encode_ordinary
 
 
 def _ascii_set(escape):
@@ -97,17 +417,44 @@ def _ascii_set(escape):
                    if compiled.fullmatch(chr(c)))
 
 
+def _twin_escape(pattern, i, in_class, groups):
+    """(the `re` spelling of the escape at pattern[i], the index after
+    it), or None if it has no twin. A class escape (\\p{..}, \\P{..},
+    \\s, \\S, \\d, \\D, \\w, \\W) becomes the ASCII characters `regex`
+    matches with it; \\r \\n \\t \\f, \\xNN and escaped punctuation stay."""
+    if i + 1 == len(pattern):
+        return None
+    d = pattern[i + 1]
+    j = i + 2
+    if d in "pP":
+        j = pattern.find("}", i) + 1 if pattern[j:j + 1] == "{" \
+            else j + 1
+        if j <= i + 2:
+            return None
+    if d in "pPsSdDwW":
+        if any(groups):
+            return None  # case folding of classes: no twin
+        body = _ascii_set(pattern[i:j])
+        return (body if in_class else f"[{body}]" if body
+                else "[^\\x00-\\x7f]"), j
+    if d in "rntf" or not d.isalnum():
+        return pattern[i:j], j
+    if d == "x" and regex.fullmatch(r"[0-9a-fA-F]{2}", pattern[j:j + 2]):
+        return pattern[i:j + 2], j + 2
+    return None  # \b, \A, \1, \N{..}, \X, \K, ...: no twin
+
+
+_TWIN_GROUPS = ("(?:", "(?=", "(?!", "(?<=", "(?<!", "(?>", "(?i:")
+
+
 def _ascii_twin(pattern, compiled):
     """A pattern for Python's `re` that cuts every ASCII text exactly as
-    `pattern` does under `regex`, or None.
-
-    Each class escape (\\p{..}, \\P{..}, \\s, \\S, \\d, \\D, \\w, \\W)
-    becomes the ASCII characters `regex` itself matches with it, so on
+    `pattern` does under `regex`, or None. Each class escape becomes the
+    ASCII characters `regex` itself matches with it (_twin_escape), so on
     ASCII text nothing can differ; every other construct must be one of a
-    short list the two modules read alike, or there is no twin. The twin
-    must also cut a probe text exactly as `regex` does. Derived in chapter
-    "Tokenization: byte-level BPE", section "Encoding at real vocabulary
-    sizes"."""
+    short list the two modules read alike, and the twin must cut a probe
+    text as `regex` does (_checked_twin). Derived in chapter
+    "Tokenization: byte-level BPE", section "Making it fast"."""
     if not pattern.isascii():
         return None
     out, i, n = [], 0, len(pattern)
@@ -116,31 +463,12 @@ def _ascii_twin(pattern, compiled):
     while i < n:
         c = pattern[i]
         if c == "\\":
-            if i + 1 == n:
+            escaped = _twin_escape(pattern, i, in_class, groups)
+            if escaped is None:
                 return None
-            d = pattern[i + 1]
-            j = i + 2
-            if d in "pP":
-                j = pattern.find("}", i) + 1 if pattern[j:j + 1] == "{" \
-                    else j + 1
-                if j <= i + 2:
-                    return None
-            if d in "pPsSdDwW":
-                if any(groups):
-                    return None  # case folding of classes: no twin
-                body = _ascii_set(pattern[i:j])
-                out.append(body if in_class else
-                           f"[{body}]" if body else "[^\\x00-\\x7f]")
-            elif d in "rntf" or not d.isalnum():
-                out.append(pattern[i:j])
-            elif d == "x" and regex.fullmatch(r"[0-9a-fA-F]{2}",
-                                              pattern[j:j + 2]):
-                j += 2
-                out.append(pattern[i:j])
-            else:
-                return None  # \b, \A, \1, \N{..}, \X, \K, ...: no twin
+            text, i = escaped
+            out.append(text)
             class_items += 1
-            i = j
             continue
         if in_class:
             if c == "[" or pattern[i:i + 2] in ("--", "&&", "||", "~~"):
@@ -151,10 +479,8 @@ def _ascii_twin(pattern, compiled):
                 return None  # "[]" or "[^]": read differently
             elif not (c == "^" and pattern[i - 1] == "["):
                 class_items += 1
-            out.append(c)
         elif c == "[":
             in_class, class_items = True, 0
-            out.append(c)
         elif c == "(":
             opener = next((g for g in _TWIN_GROUPS
                            if pattern.startswith(g, i)), None)
@@ -169,16 +495,25 @@ def _ascii_twin(pattern, compiled):
             if not groups:
                 return None
             groups.pop()
-            out.append(c)
-        else:
-            out.append(c)
+        out.append(c)
         i += 1
     if in_class or groups:
         return None
+    return _checked_twin("".join(out), compiled)
+
+
+_TWIN_PROBE = ("".join(map(chr, range(128))) + " Is't 'S a  b\t\n\n x1 22 "
+               "333 4444 ?! ...\r\n  \n'LL 'll 've'VE 're 'm 'd 't \x0b\x1c"
+               " a\x0c -- z9 'Z ' ' \n ")
+
+
+def _checked_twin(source, compiled):
+    """re.compile(source) if it compiles without a warning, has the groups
+    of `compiled` and cuts the probe text exactly as it does; else None."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # FutureWarning: no twin
-            twin = re.compile("".join(out))
+            twin = re.compile(source)
     except (re.error, Warning, RecursionError):
         return None
     probe = _TWIN_PROBE + _TWIN_PROBE[::-1]
@@ -196,9 +531,9 @@ class PreTokenizer:
     "".join(pre_tokenize(text)) == text for every pattern and text.
 
     Text that is all ASCII runs through an exact twin of the pattern for
-    Python's faster `re` when one exists (section "Encoding at real
-    vocabulary sizes"). Derived in chapter "Tokenization: byte-level
-    BPE", section "Pre-tokenization"."""
+    Python's faster `re` when one exists (section "Making it fast").
+    Derived in chapter "Tokenization: byte-level BPE", section
+    "Pre-tokenization"."""
 
     def __init__(self, pattern: str):
         if not isinstance(pattern, str):
@@ -232,15 +567,70 @@ class PreTokenizer:
         return chunks
 
 
-BPE_FORMAT = "transformer-bpe"
-BPE_FORMAT_VERSION = 2
-MAX_TOKEN_BYTES = 1024  # longest token a file may define (load, tiktoken)
-_NO_RANK = 1 << 62  # the rank of a pair that was never merged
-_NEVER = itertools.repeat(_NO_RANK)  # map(ranks.get, pairs, _NEVER)
-_MAX_ID = sys.maxunicode  # an id is held as the character chr(id)
-_CACHE_LIMIT = 1 << 17  # chunks remembered by encode before a reset
-_UTF32 = "utf-32-le" if sys.byteorder == "little" else "utf-32-be"
-_PACKED = array.array("I").itemsize == 4  # 4-byte ids: see _ids_of
+def _allowed(self, allowed_special):
+    if allowed_special == "all":
+        return set(self.special_tokens)
+    if isinstance(allowed_special, str):
+        allowed_special = (allowed_special,)
+    try:
+        allowed = set(allowed_special)
+    except TypeError:
+        raise ValueError("allowed_special: expected 'all' or a "
+                         "collection of special tokens, got "
+                         f"{allowed_special!r}") from None
+    unknown = allowed - set(self.special_tokens)
+    if unknown:
+        raise ValueError(f"allowed_special: {sorted(unknown)!r} are not "
+                         f"special tokens of this tokenizer "
+                         f"({list(self.special_tokens)!r})")
+    return allowed
+
+
+def _encode(self, text: str, allowed_special=()) -> list:
+    """Token ids of `text`. Special tokens are recognised only if named
+    in `allowed_special` (or it is "all"); otherwise their text is
+    encoded like any other text, so decode(encode(s)) == s for every
+    str s. Lone surrogates are kept (section "Exact round trips").
+    Derived in chapter "Tokenization: byte-level BPE", move 5."""
+    _check_text(text)
+    allowed = self._allowed(allowed_special)
+    if not allowed:
+        return _ids_of(self._encode_ordinary(text))
+    parts = _special_splitter(allowed).split(text)
+    pieces = [chr(self.special_tokens[part]) if k % 2
+              else self._encode_ordinary(part)
+              for k, part in enumerate(parts)]  # odd: special tokens
+    return _ids_of("".join(pieces))
+
+
+BPETokenizer._allowed = _allowed
+BPETokenizer.encode = _encode
+
+
+def _decode_bytes(self, ids) -> bytes:
+    """The bytes of a sequence of ids: concatenate each id's bytes,
+    eq. (eq-bpe-decode). Derived in chapter "Tokenization: byte-level
+    BPE", move 6."""
+    if hasattr(ids, "tolist"):  # a tensor or an array of ids
+        ids = ids.tolist()
+    if isinstance(ids, (str, bytes, bytearray)) or not hasattr(
+            ids, "__iter__"):
+        raise ValueError(f"ids: expected a sequence of int, got "
+                         f"{type(ids).__name__}")
+    vocab = self.vocab
+    try:
+        return b"".join([vocab[i] for i in ids])
+    except (KeyError, TypeError):
+        pass
+    for pos, i in enumerate(ids):
+        if type(i) is not int or i not in vocab:
+            raise ValueError(f"ids: element {pos} is {i!r}, expected an "
+                             f"id of this vocabulary (0 to "
+                             f"{self.vocab_size - 1})")
+    raise AssertionError("unreachable")
+
+
+BPETokenizer.decode_bytes = _decode_bytes
 
 
 def _surrogates_else_replace(err):
@@ -256,123 +646,97 @@ def _surrogates_else_replace(err):
 codecs.register_error("transformer.bpe.replace", _surrogates_else_replace)
 
 
-def _check_text(text, name="text"):
-    if not isinstance(text, str):
-        hint = "; use encode_bytes for bytes" if isinstance(
-            text, (bytes, bytearray)) else ""
-        raise ValueError(f"{name}: expected str, got "
-                         f"{type(text).__name__}{hint}")
+def _decode(self, ids, errors: str = "replace") -> str:
+    """The text of a sequence of ids.
+
+    The bytes a lone surrogate was encoded to decode back to it. Bytes
+    that are not valid UTF-8 (a token sequence cut inside a character)
+    become U+FFFD with errors="replace" (the default, as in tiktoken);
+    errors="strict" raises ValueError instead. Derived in chapter
+    "Tokenization: byte-level BPE", section "Exact round trips"."""
+    data = self.decode_bytes(ids)
+    if errors == "replace":
+        return data.decode("utf-8", "transformer.bpe.replace")
+    if errors != "strict":
+        raise ValueError(f"errors: expected 'replace' or 'strict', got "
+                         f"{errors!r}")
+    try:
+        return data.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError as err:
+        raise ValueError(
+            f"ids: bytes {err.start}..{err.end - 1} of the decoded "
+            f"sequence are not valid UTF-8 ({err.reason}); use "
+            f"errors='replace' or decode_bytes") from None
 
 
-def _check_special_tokens(special_tokens):
-    """(tokens, ids): ids is None for a tuple (ids follow the merges)."""
-    ids = None
-    if isinstance(special_tokens, dict):
-        tokens, ids = list(special_tokens), list(special_tokens.values())
-    elif isinstance(special_tokens, (tuple, list)):
-        tokens = list(special_tokens)
-    else:
-        raise ValueError("special_tokens: expected a tuple of str or a "
-                         f"dict str -> id, got {special_tokens!r}")
-    for tok in tokens:
-        if not isinstance(tok, str) or not tok:
-            raise ValueError("special_tokens: expected non-empty str, got "
-                             f"{tok!r}")
-    if len(set(tokens)) != len(tokens):
-        raise ValueError(f"special_tokens: duplicates in {special_tokens!r}")
-    return tokens, ids
+BPETokenizer.decode = _decode
 
 
-def _special_splitter(specials):
-    """A regex whose split() keeps the special tokens (longest first)."""
-    alternatives = sorted(specials, key=len, reverse=True)
-    return re.compile("(" + "|".join(map(re.escape, alternatives)) + ")")
+def _encode_bytes(self, data) -> list:
+    """Token ids of arbitrary bytes (invalid UTF-8 included); special
+    tokens are never recognised. Pre-tokenization sees the bytes
+    decoded with "surrogateescape", so valid UTF-8 splits exactly as
+    encode() would split the text. Derived in chapter "Tokenization:
+    byte-level BPE", section "Exact round trips"."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise ValueError(f"data: expected bytes, got "
+                         f"{type(data).__name__}")
+    data = bytes(data)
+    if self.pre_tokenize is None:
+        return _ids_of(self._encode_chunk(data)) if data else []
+    cache = self._bytes_cache
+    if len(cache) > _CACHE_LIMIT:
+        cache.clear()
+    text = data.decode("utf-8", "surrogateescape")
+    raw = [c.encode("utf-8", "surrogateescape")
+           for c in self.pre_tokenize(text)]
+    return _ids_of("".join(map(cache.__getitem__, raw)))
 
 
-def _chunk_counts(text, pre_tokenize, special_tokens):
-    """Unique pre-tokenized chunks of `text` and how often each occurs.
-
-    Special tokens are cut out first, so no chunk straddles or contains one
-    (section "Special tokens")."""
-    parts = [text]
-    if special_tokens:
-        parts = _special_splitter(special_tokens).split(text)[::2]
-    counts = Counter()
-    if pre_tokenize is None:
-        counts.update(p for p in parts if p)
-    else:
-        for part in parts:
-            counts.update(pre_tokenize(part))
-    return counts
+BPETokenizer.encode_bytes = _encode_bytes
 
 
-def _train_merges(chunk_counts, n_merges):
-    """Up to `n_merges` BPE merges, in order, with incremental pair counts.
+BPE_FORMAT = "transformer-bpe"
+BPE_FORMAT_VERSION = 2
 
-    Each unique chunk is a "word" (a list of ids) with a weight, its count.
-    `counts` holds N(a, b) of eq-bpe-pair-count over all words; `where`
-    maps each pair to the words that may contain it (entries can be stale:
-    a word that lost the pair is skipped when visited). A heap of
-    (-count, pair) finds the most frequent pair, ties going to the smallest
-    (a, b) as in eq-bpe-argmax; heap entries whose count is out of date
-    are discarded when popped. Merging a pair touches only its words, and
-    within a word only the pairs next to a merge site (eq-bpe-delta).
-    Derived in chapter "Tokenization: byte-level BPE", moves 6-7."""
-    words, weights = [], []
-    for chunk, n in chunk_counts.items():
-        ids = list(chunk.encode("utf-8", "surrogatepass"))
-        if len(ids) >= 2:  # a single byte has no pair to merge
-            words.append(ids)
-            weights.append(n)
-    counts, where = {}, {}
-    for w, ids in enumerate(words):
-        for pair in zip(ids, ids[1:]):
-            counts[pair] = counts.get(pair, 0) + weights[w]
-            where.setdefault(pair, set()).add(w)
-    heap = [(-n, pair) for pair, n in counts.items()]
-    heapq.heapify(heap)
-    merges = []
-    while len(merges) < n_merges and heap:
-        neg_n, pair = heapq.heappop(heap)
-        if counts.get(pair) != -neg_n:
-            continue  # stale: this pair's count changed after the push
-        new_id = 256 + len(merges)
-        merges.append(pair)
-        a, b = pair
-        changed = set()
-        for w in where.pop(pair):
-            old, n = words[w], weights[w]
-            size = len(old)
-            out, last_gone, i = [], -1, 0
-            while i < size:
-                x = old[i]
-                if x == a and i + 1 < size and old[i + 1] == b:
-                    # the old pairs at i-1, i, i+1 disappear (each once)
-                    for j in (i - 1, i, i + 1):
-                        if last_gone < j < size - 1 and j >= 0:
-                            gone = (old[j], old[j + 1])
-                            counts[gone] -= n
-                            changed.add(gone)
-                            last_gone = j
-                    x = new_id
-                    i += 2
-                else:
-                    i += 1
-                if out and (x == new_id or out[-1] == new_id):
-                    born = (out[-1], x)  # a pair that contains new_id
-                    counts[born] = counts.get(born, 0) + n
-                    changed.add(born)
-                    where.setdefault(born, set()).add(w)
-                out.append(x)
-            if last_gone >= 0:
-                words[w] = out
-        for p in changed:
-            if counts[p] > 0:
-                heapq.heappush(heap, (-counts[p], p))
-            else:
-                del counts[p]
-                where.pop(p, None)
-    return merges
+
+def _readable(self, token_id):
+    text = self.vocab[token_id].decode("utf-8", "backslashreplace")
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _save(self, path) -> None:
+    """Write the tokenizer as text, format `transformer-bpe 2`, to
+    `path` (by convention named *.bpe):
+
+        line 1   transformer-bpe 2
+        line 2   JSON: {"pattern": str or null, "merges": M,
+                        "special_tokens": [[token, id], ...],
+                        "byte_ids": [256 ids] (only if not 0..255)}
+        M lines  "a b<TAB>token": merge k makes id 256 + k from ids
+                 a and b, eq. (eq-bpe-vocab); token is its bytes as a
+                 JSON string (invalid UTF-8 as \\xNN), for people, and
+                 checked by load().
+
+    Section "Saving and loading" of chapter "Tokenization: byte-level
+    BPE"."""
+    header = {"pattern": self.pattern, "merges": len(self.merges),
+              "special_tokens": [[t, i] for t, i
+                                 in self.special_tokens.items()]}
+    if self._byte_table is not None:
+        header["byte_ids"] = list(self.byte_ids)
+    lines = [f"{BPE_FORMAT} {BPE_FORMAT_VERSION}",
+             json.dumps(header, ensure_ascii=False)]
+    for k, (a, b) in enumerate(self.merges):
+        lines.append(f"{a} {b}\t{self._readable(256 + k)}")
+    Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+BPETokenizer._readable = _readable
+BPETokenizer.save = _save
+
+
+MAX_TOKEN_BYTES = 1024  # longest token a file may define (load, tiktoken)
 
 
 def _existing_file(path):
@@ -383,395 +747,53 @@ def _existing_file(path):
     return path
 
 
-class BPETokenizer:
-    """Byte-level BPE: ids 0..255 are the bytes (in the order `byte_ids`
-    gives, by default byte b is id b), id 256 + k is the k-th merge,
-    special tokens come last. Exactly reversible for every str and bytes,
-    whatever the pattern.
+def _read_bpe_lines(lines):
+    """(version, header, merge lines, merges) of a transformer-bpe file's
+    lines; ValueError (or KeyError, IndexError) if it is not one."""
+    name, _, version = lines[0].partition(" ")
+    if name != BPE_FORMAT:
+        raise ValueError(f"first line is {lines[0][:40]!r}, "
+                         f"expected '{BPE_FORMAT} {BPE_FORMAT_VERSION}'")
+    if version not in ("1", str(BPE_FORMAT_VERSION)):
+        raise ValueError(f"format version {version!r}; this code "
+                         f"reads versions 1 and {BPE_FORMAT_VERSION}")
+    header = json.loads(lines[1])
+    n = header["merges"]
+    body = lines[2:2 + n]
+    if type(n) is not int or len(body) != n or any(lines[2 + n:]):
+        raise ValueError(f"expected {n} merge lines")
+    merges = []
+    for line in body:
+        ids, _, _ = line.partition("\t")
+        a, b = ids.split(" ")
+        merges.append((int(a), int(b)))
+    return version, header, body, merges
 
-    Build one with `BPETokenizer.train(text, vocab_size)`,
-    `BPETokenizer.load(path)` or `BPETokenizer.from_tiktoken(path,
-    pattern)`. pattern=None (plain byte-level BPE) makes the whole text
-    one chunk: fine for short texts, quadratic in long ones.
-    `special_tokens` is a tuple (ids follow the merges) or a dict
-    token -> id (any ids from 256 + len(merges) on). `max_token_bytes`
-    refuses merges that would build a longer token, before building any.
-    Derived in chapter "Tokenization: byte-level BPE" (moves 1-9, sections
-    "Pre-tokenization", "Special tokens" and "Real vocabularies")."""
 
-    def __init__(self, merges, pattern=GPT2_PATTERN, special_tokens=(),
-                 byte_ids=None, max_token_bytes=None):
-        n_bytes = [1] * 256  # token lengths, checked before any is built
-        self._rank = {}  # (a, b) -> merged id; a smaller id = earlier merge
-        for k, pair in enumerate(merges):
-            new_id = 256 + k
-            if (not isinstance(pair, (tuple, list)) or len(pair) != 2
-                    or not all(type(x) is int and 0 <= x < new_id
-                               for x in pair)):
-                raise ValueError(f"merges: entry {k} is {pair!r}, expected "
-                                 f"a pair of ids in [0, {new_id})")
-            a, b = pair
-            if (a, b) in self._rank:
-                raise ValueError(f"merges: entry {k} repeats {(a, b)}")
-            self._rank[(a, b)] = new_id
-            n_bytes.append(n_bytes[a] + n_bytes[b])
-            if max_token_bytes is not None and n_bytes[-1] > max_token_bytes:
-                raise ValueError(
-                    f"merges: entry {k} would build a token of "
-                    f"{n_bytes[-1]:,} bytes; max_token_bytes = "
-                    f"{max_token_bytes:,}")
-        self.merges = list(self._rank)
-        if byte_ids is None:
-            byte_ids = range(256)
-        if (not isinstance(byte_ids, (tuple, list, range))
-                or sorted(byte_ids) != list(range(256))):
-            raise ValueError("byte_ids: expected a permutation of 0..255 "
-                             "(byte_ids[b] is the id of byte b)")
-        self.byte_ids = tuple(byte_ids)
-        self._byte_table = (None if self.byte_ids == tuple(range(256))
-                            else bytes(self.byte_ids))  # bytes.translate
-        self.vocab = {i: bytes([b]) for b, i in enumerate(self.byte_ids)}
-        self.vocab = dict(sorted(self.vocab.items()))
-        for k, (a, b) in enumerate(self.merges):
-            self.vocab[256 + k] = self.vocab[a] + self.vocab[b]
-        self.pattern = pattern
-        self.pre_tokenize = None if pattern is None else PreTokenizer(
-            pattern)
-        tokens, ids = _check_special_tokens(special_tokens)
-        first = 256 + len(self.merges)
-        if ids is None:
-            ids = list(range(first, first + len(tokens)))
-        for tok, i in zip(tokens, ids):
-            if type(i) is not int or not first <= i <= _MAX_ID or \
-                    i in self.vocab:
-                raise ValueError(f"special_tokens: id of {tok!r} is {i!r}, "
-                                 f"expected an unused int in [{first}, "
-                                 f"{_MAX_ID}]")
-            self.vocab[i] = tok.encode("utf-8")
-        self.special_tokens = dict(zip(tokens, ids))  # str -> id
-        self._n_ids = max(self.vocab) + 1
-        # the same merges, keyed by characters (section "Encoding at real
-        # vocabulary sizes"): pair chr(a) + chr(b) -> id, and back
-        self._rank_of = {chr(a) + chr(b): i
-                         for (a, b), i in self._rank.items()}
-        self._pair_of = [None] * 256 + list(self._rank_of)
-        self._token_of = {}  # bytes -> the character of the first such id
-        for i in range(256 + len(self.merges)):
-            self._token_of.setdefault(self.vocab[i], chr(i))
-        self._cache = _ChunkCache(self._encode_text_chunk)
-        self._bytes_cache = _ChunkCache(self._encode_chunk)
+def _load(cls, path, max_token_bytes=MAX_TOKEN_BYTES):
+    """Read a file written by save() (format version 1 or 2);
+    ValueError if it is not one, or if a merge would build a token
+    longer than `max_token_bytes` (checked before building any)."""
+    path = _existing_file(path)
+    try:
+        lines = path.read_text(encoding="utf-8").split("\n")
+        version, header, body, merges = _read_bpe_lines(lines)
+        specials = {t: i for t, i in header["special_tokens"]}
+        byte_ids = header.get("byte_ids") if version != "1" else None
+        tok = cls(merges, header["pattern"], specials, byte_ids,
+                  max_token_bytes)
+        for line_no, line in enumerate(body, start=3):
+            shown = line.partition("\t")[2]
+            if shown and shown != tok._readable(256 + line_no - 3):
+                raise ValueError(f"line {line_no}: token {shown} does "
+                                 f"not match its merge")
+    except (ValueError, KeyError, IndexError, TypeError) as err:
+        raise ValueError(f"path: {str(path)!r} is not a valid "
+                         f"{BPE_FORMAT} file ({err})") from None
+    return tok
 
-    @property
-    def vocab_size(self) -> int:
-        """One more than the largest id: 256 bytes + merges + special
-        tokens when the special tokens follow the merges."""
-        return self._n_ids
 
-    def __repr__(self):
-        kind = "regex" if self.pattern is not None else "plain byte-level"
-        return (f"BPETokenizer(vocab_size={self.vocab_size}, "
-                f"merges={len(self.merges)}, {kind}, "
-                f"special_tokens={list(self.special_tokens)})")
-
-    @classmethod
-    def train(cls, text, vocab_size, pattern=GPT2_PATTERN,
-              special_tokens=(END_OF_TEXT,)):
-        """Learn merges from `text` until the vocabulary has `vocab_size`
-        ids (fewer if no adjacent pair is left to merge).
-
-        Occurrences of the special tokens in `text` are document boundaries:
-        no merge crosses them. Ties between equally frequent pairs go to the
-        smallest (first id, second id), eq-bpe-argmax. Derived in chapter
-        "Tokenization: byte-level BPE", moves 2-7."""
-        _check_text(text)
-        if isinstance(special_tokens, dict):
-            raise ValueError("special_tokens: expected a tuple of str (train "
-                             "gives them the ids after the merges)")
-        tokens, _ = _check_special_tokens(special_tokens)
-        floor = 256 + len(tokens)
-        if type(vocab_size) is not int or vocab_size < floor:
-            raise ValueError(f"vocab_size: expected an int >= {floor} (256 "
-                             f"bytes, plus {len(tokens)} for the "
-                             f"special tokens), got {vocab_size!r}")
-        pre_tokenize = None if pattern is None else PreTokenizer(pattern)
-        chunks = _chunk_counts(text, pre_tokenize, tokens)
-        merges = _train_merges(chunks, vocab_size - floor)
-        return cls(merges, pattern, tokens)
-
-    # -- encoding ----------------------------------------------------------
-    def _encode_chunk(self, data: bytes) -> str:
-        """Token characters of one chunk's bytes (moves 1, 5 and 8): a
-        chunk that is a token is that token, as move 5 would rebuild it."""
-        whole = self._token_of.get(data)
-        if whole is not None:
-            return whole
-        if self._byte_table is not None:
-            data = data.translate(self._byte_table)  # byte -> its id
-        return _merge_chars(data.decode("latin-1"), self._rank_of.get,
-                            self._pair_of)
-
-    def _encode_text_chunk(self, chunk: str) -> str:
-        return self._encode_chunk(chunk.encode("utf-8", "surrogatepass"))
-
-    def _encode_ordinary(self, text: str) -> str:
-        if self.pre_tokenize is None:
-            return self._encode_text_chunk(text) if text else ""
-        cache = self._cache
-        if len(cache) > _CACHE_LIMIT:
-            cache.clear()
-        return "".join(map(cache.__getitem__, self.pre_tokenize(text)))
-
-    def _allowed(self, allowed_special):
-        if allowed_special == "all":
-            return set(self.special_tokens)
-        if isinstance(allowed_special, str):
-            allowed_special = (allowed_special,)
-        try:
-            allowed = set(allowed_special)
-        except TypeError:
-            raise ValueError("allowed_special: expected 'all' or a "
-                             "collection of special tokens, got "
-                             f"{allowed_special!r}") from None
-        unknown = allowed - set(self.special_tokens)
-        if unknown:
-            raise ValueError(f"allowed_special: {sorted(unknown)!r} are not "
-                             f"special tokens of this tokenizer "
-                             f"({list(self.special_tokens)!r})")
-        return allowed
-
-    def encode(self, text: str, allowed_special=()) -> list:
-        """Token ids of `text`. Special tokens are recognised only if named
-        in `allowed_special` (or it is "all"); otherwise their text is
-        encoded like any other text, so decode(encode(s)) == s for every
-        str s. Lone surrogates are kept (section "Exact round trips").
-        Derived in chapter "Tokenization: byte-level BPE", move 5."""
-        _check_text(text)
-        allowed = self._allowed(allowed_special)
-        if not allowed:
-            return _ids_of(self._encode_ordinary(text))
-        parts = _special_splitter(allowed).split(text)
-        pieces = [chr(self.special_tokens[part]) if k % 2
-                  else self._encode_ordinary(part)
-                  for k, part in enumerate(parts)]  # odd: special tokens
-        return _ids_of("".join(pieces))
-
-    def encode_bytes(self, data) -> list:
-        """Token ids of arbitrary bytes (invalid UTF-8 included); special
-        tokens are never recognised. Pre-tokenization sees the bytes
-        decoded with "surrogateescape", so valid UTF-8 splits exactly as
-        encode() would split the text. Derived in chapter "Tokenization:
-        byte-level BPE", section "Exact round trips"."""
-        if not isinstance(data, (bytes, bytearray, memoryview)):
-            raise ValueError(f"data: expected bytes, got "
-                             f"{type(data).__name__}")
-        data = bytes(data)
-        if self.pre_tokenize is None:
-            return _ids_of(self._encode_chunk(data)) if data else []
-        cache = self._bytes_cache
-        if len(cache) > _CACHE_LIMIT:
-            cache.clear()
-        text = data.decode("utf-8", "surrogateescape")
-        raw = [c.encode("utf-8", "surrogateescape")
-               for c in self.pre_tokenize(text)]
-        return _ids_of("".join(map(cache.__getitem__, raw)))
-
-    # -- decoding ----------------------------------------------------------
-    def decode_bytes(self, ids) -> bytes:
-        """The bytes of a sequence of ids: concatenate each id's bytes
-        (eq-bpe-decode). Derived in chapter "Tokenization: byte-level BPE",
-        move 6."""
-        if hasattr(ids, "tolist"):  # a tensor or an array of ids
-            ids = ids.tolist()
-        if isinstance(ids, (str, bytes, bytearray)) or not hasattr(
-                ids, "__iter__"):
-            raise ValueError(f"ids: expected a sequence of int, got "
-                             f"{type(ids).__name__}")
-        vocab = self.vocab
-        try:
-            return b"".join([vocab[i] for i in ids])
-        except (KeyError, TypeError):
-            pass
-        for pos, i in enumerate(ids):
-            if type(i) is not int or i not in vocab:
-                raise ValueError(f"ids: element {pos} is {i!r}, expected an "
-                                 f"id of this vocabulary (0 to "
-                                 f"{self.vocab_size - 1})")
-        raise AssertionError("unreachable")
-
-    def decode(self, ids, errors: str = "replace") -> str:
-        """The text of a sequence of ids.
-
-        The bytes a lone surrogate was encoded to decode back to it. Bytes
-        that are not valid UTF-8 (a token sequence cut inside a character)
-        become U+FFFD with errors="replace" (the default, as in tiktoken);
-        errors="strict" raises ValueError instead. Derived in chapter
-        "Tokenization: byte-level BPE", section "Exact round trips"."""
-        data = self.decode_bytes(ids)
-        if errors == "replace":
-            return data.decode("utf-8", "transformer.bpe.replace")
-        if errors != "strict":
-            raise ValueError(f"errors: expected 'replace' or 'strict', got "
-                             f"{errors!r}")
-        try:
-            return data.decode("utf-8", "surrogatepass")
-        except UnicodeDecodeError as err:
-            raise ValueError(
-                f"ids: bytes {err.start}..{err.end - 1} of the decoded "
-                f"sequence are not valid UTF-8 ({err.reason}); use "
-                f"errors='replace' or decode_bytes") from None
-
-    # -- files -------------------------------------------------------------
-    def save(self, path) -> None:
-        """Write the tokenizer as text, format `transformer-bpe 2`, to
-        `path` (by convention named *.bpe):
-
-            line 1   transformer-bpe 2
-            line 2   JSON: {"pattern": str or null, "merges": M,
-                            "special_tokens": [[token, id], ...],
-                            "byte_ids": [256 ids] (only if not 0..255)}
-            M lines  "a b<TAB>token": merge k makes id 256 + k from ids
-                     a and b; token is its bytes as a JSON string
-                     (invalid UTF-8 as \\xNN), for people, and checked
-                     by load().
-
-        Section "Saving and loading" of chapter "Tokenization: byte-level
-        BPE"."""
-        header = {"pattern": self.pattern, "merges": len(self.merges),
-                  "special_tokens": [[t, i] for t, i
-                                     in self.special_tokens.items()]}
-        if self._byte_table is not None:
-            header["byte_ids"] = list(self.byte_ids)
-        lines = [f"{BPE_FORMAT} {BPE_FORMAT_VERSION}",
-                 json.dumps(header, ensure_ascii=False)]
-        for k, (a, b) in enumerate(self.merges):
-            lines.append(f"{a} {b}\t{self._readable(256 + k)}")
-        Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
-
-    def _readable(self, token_id):
-        text = self.vocab[token_id].decode("utf-8", "backslashreplace")
-        return json.dumps(text, ensure_ascii=False)
-
-    @classmethod
-    def load(cls, path, max_token_bytes=MAX_TOKEN_BYTES):
-        """Read a file written by save() (format version 1 or 2);
-        ValueError if it is not one, or if a merge would build a token
-        longer than `max_token_bytes` (checked before building any)."""
-        path = _existing_file(path)
-        try:
-            lines = path.read_text(encoding="utf-8").split("\n")
-            name, _, version = lines[0].partition(" ")
-            if name != BPE_FORMAT:
-                raise ValueError(f"first line is {lines[0][:40]!r}, "
-                                 f"expected '{BPE_FORMAT} "
-                                 f"{BPE_FORMAT_VERSION}'")
-            if version not in ("1", str(BPE_FORMAT_VERSION)):
-                raise ValueError(f"format version {version!r}; this code "
-                                 f"reads versions 1 and "
-                                 f"{BPE_FORMAT_VERSION}")
-            header = json.loads(lines[1])
-            n = header["merges"]
-            body = lines[2:2 + n]
-            if type(n) is not int or len(body) != n or any(lines[2 + n:]):
-                raise ValueError(f"expected {n} merge lines")
-            merges = []
-            for line in body:
-                ids, _, _ = line.partition("\t")
-                a, b = ids.split(" ")
-                merges.append((int(a), int(b)))
-            specials = {t: i for t, i in header["special_tokens"]}
-            byte_ids = header.get("byte_ids") if version != "1" else None
-            tok = cls(merges, header["pattern"], specials, byte_ids,
-                      max_token_bytes)
-            for line_no, line in enumerate(body, start=3):
-                shown = line.partition("\t")[2]
-                if shown and shown != tok._readable(256 + line_no - 3):
-                    raise ValueError(f"line {line_no}: token {shown} does "
-                                     f"not match its merge")
-        except (ValueError, KeyError, IndexError, TypeError) as err:
-            raise ValueError(f"path: {str(path)!r} is not a valid "
-                             f"{BPE_FORMAT} file ({err})") from None
-        return tok
-
-    @classmethod
-    def from_tiktoken(cls, path, pattern, special_tokens=None,
-                      max_token_bytes=MAX_TOKEN_BYTES):
-        """Read a tiktoken rank file (one line per token: its bytes in
-        base64, a space, its rank; ranks 0..255 are the single bytes in any
-        order, merges after) and recover the merges (move 9), so that
-        encoding gives the ids tiktoken gives with the same file, `pattern`
-        and `special_tokens` (a dict token -> id, as tiktoken takes them).
-        Section "Real vocabularies" of chapter "Tokenization: byte-level
-        BPE"."""
-        path = _existing_file(path)
-        try:
-            tokens = _read_rank_file(path, max_token_bytes)
-            byte_ids, merges = _recover_merges(tokens)
-        except ValueError as err:
-            raise ValueError(f"path: {str(path)!r} is not a tiktoken rank "
-                             f"file of BPE merges ({err})") from None
-        return cls(merges, pattern, special_tokens or (), byte_ids)
-
-    def _ranked_tokens(self):
-        """(bytes, id) of every byte and merge; ValueError if two ids
-        share their bytes, which a rank file cannot say."""
-        seen = {}
-        for i in range(256 + len(self.merges)):
-            token = self.vocab[i]
-            if token in seen:
-                raise ValueError(f"tokenizer: ids {seen[token]} and {i} "
-                                 f"both stand for {token!r}; a rank file "
-                                 f"maps bytes to one id")
-            seen[token] = i
-        return seen.items()
-
-    def save_tiktoken(self, path) -> None:
-        """Write the bytes and merges as a tiktoken rank file (special
-        tokens are not part of that format: pass them again to
-        from_tiktoken or tiktoken.Encoding). Section "Real vocabularies"
-        of chapter "Tokenization: byte-level BPE"."""
-        lines = [base64.b64encode(token) + b" %d" % i
-                 for token, i in self._ranked_tokens()]
-        Path(path).write_bytes(b"\n".join(lines) + b"\n")
-
-    def save_tokenizer_json(self, path) -> None:
-        """Write a Hugging Face `tokenizers` file (tokenizer.json) with the
-        same pattern, bytes, merges and special tokens, so that
-        PreTrainedTokenizerFast(tokenizer_file=path) gives the same ids on
-        valid text, special tokens allowed. Section "Leaving the book" of
-        chapter "Tokenization: byte-level BPE"."""
-        ranked = self._ranked_tokens()
-        name = {i: "".join(map(_GPT2_BYTE_CHARS.__getitem__, token))
-                for token, i in ranked}
-        clash = set(self.special_tokens) & set(name.values())
-        if clash:
-            raise ValueError(f"special_tokens: {sorted(clash)!r} spell "
-                             f"ordinary tokens in the tokenizers alphabet")
-        pre = [{"type": "ByteLevel", "add_prefix_space": False,
-                "trim_offsets": True, "use_regex": False}]
-        if self.pattern is not None:  # every chunk, gaps included
-            pre.insert(0, {"type": "Split", "pattern": {
-                "Regex": self.pattern}, "behavior": "Isolated",
-                "invert": False})
-        added = [{"id": i, "content": t, "single_word": False,
-                  "lstrip": False, "rstrip": False, "normalized": False,
-                  "special": True} for t, i in self.special_tokens.items()]
-        doc = {
-            "version": "1.0", "truncation": None, "padding": None,
-            "added_tokens": added, "normalizer": None,
-            "pre_tokenizer": {"type": "Sequence", "pretokenizers": pre},
-            "post_processor": None,
-            "decoder": {"type": "ByteLevel", "add_prefix_space": False,
-                        "trim_offsets": True, "use_regex": False},
-            "model": {"type": "BPE", "dropout": None, "unk_token": None,
-                      "continuing_subword_prefix": None,
-                      "end_of_word_suffix": None, "fuse_unk": False,
-                      "byte_fallback": False, "ignore_merges": False,
-                      "vocab": {**{name[i]: i for i in sorted(name)},
-                                **self.special_tokens},  # keeps their ids
-                      "merges": [[name[a], name[b]]
-                                 for a, b in self.merges]}}
-        Path(path).write_text(json.dumps(doc, ensure_ascii=False),
-                              encoding="utf-8")
+BPETokenizer.load = classmethod(_load)
 
 
 def _read_rank_file(path, max_token_bytes):
@@ -830,6 +852,54 @@ def _recover_merges(tokens):
     return byte_ids, merges
 
 
+def _from_tiktoken(cls, path, pattern, special_tokens=None,
+                   max_token_bytes=MAX_TOKEN_BYTES):
+    """Read a tiktoken rank file (one line per token: its bytes in
+    base64, a space, its rank; ranks 0..255 are the single bytes in any
+    order, merges after) and recover the merges (move 9), so that
+    encoding gives the ids tiktoken gives with the same file, `pattern`
+    and `special_tokens` (a dict token -> id, as tiktoken takes them).
+    Section "Real vocabularies" of chapter "Tokenization: byte-level
+    BPE"."""
+    path = _existing_file(path)
+    try:
+        tokens = _read_rank_file(path, max_token_bytes)
+        byte_ids, merges = _recover_merges(tokens)
+    except ValueError as err:
+        raise ValueError(f"path: {str(path)!r} is not a tiktoken rank "
+                         f"file of BPE merges ({err})") from None
+    return cls(merges, pattern, special_tokens or (), byte_ids)
+
+
+def _ranked_tokens(self):
+    """(bytes, id) of every byte and merge; ValueError if two ids
+    share their bytes, which a rank file cannot say."""
+    seen = {}
+    for i in range(256 + len(self.merges)):
+        token = self.vocab[i]
+        if token in seen:
+            raise ValueError(f"tokenizer: ids {seen[token]} and {i} "
+                             f"both stand for {token!r}; a rank file "
+                             f"maps bytes to one id")
+        seen[token] = i
+    return seen.items()
+
+
+def _save_tiktoken(self, path) -> None:
+    """Write the bytes and merges as a tiktoken rank file (special
+    tokens are not part of that format: pass them again to
+    from_tiktoken or tiktoken.Encoding). Section "Real vocabularies"
+    of chapter "Tokenization: byte-level BPE"."""
+    lines = [base64.b64encode(token) + b" %d" % i
+             for token, i in self._ranked_tokens()]
+    Path(path).write_bytes(b"\n".join(lines) + b"\n")
+
+
+BPETokenizer.from_tiktoken = classmethod(_from_tiktoken)
+BPETokenizer._ranked_tokens = _ranked_tokens
+BPETokenizer.save_tiktoken = _save_tiktoken
+
+
 def _gpt2_byte_chars():
     """GPT-2's printable stand-in for each byte, the alphabet of
     `tokenizers`' ByteLevel: printable Latin-1 bytes stand for themselves,
@@ -846,3 +916,47 @@ def _gpt2_byte_chars():
 
 
 _GPT2_BYTE_CHARS = _gpt2_byte_chars()
+
+
+def _save_tokenizer_json(self, path) -> None:
+    """Write a Hugging Face `tokenizers` file (tokenizer.json) with the
+    same pattern, bytes, merges and special tokens, so that
+    PreTrainedTokenizerFast(tokenizer_file=path) gives the same ids on
+    valid text, special tokens allowed. Section "Leaving the book" of
+    chapter "Tokenization: byte-level BPE"."""
+    ranked = self._ranked_tokens()
+    name = {i: "".join(map(_GPT2_BYTE_CHARS.__getitem__, token))
+            for token, i in ranked}
+    clash = set(self.special_tokens) & set(name.values())
+    if clash:
+        raise ValueError(f"special_tokens: {sorted(clash)!r} spell "
+                         f"ordinary tokens in the tokenizers alphabet")
+    pre = [{"type": "ByteLevel", "add_prefix_space": False,
+            "trim_offsets": True, "use_regex": False}]
+    if self.pattern is not None:  # every chunk, gaps included
+        pre.insert(0, {"type": "Split", "pattern": {
+            "Regex": self.pattern}, "behavior": "Isolated",
+            "invert": False})
+    added = [{"id": i, "content": t, "single_word": False,
+              "lstrip": False, "rstrip": False, "normalized": False,
+              "special": True} for t, i in self.special_tokens.items()]
+    doc = {
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": added, "normalizer": None,
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": pre},
+        "post_processor": None,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": False,
+                    "trim_offsets": True, "use_regex": False},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None,
+                  "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": False,
+                  "byte_fallback": False, "ignore_merges": False,
+                  "vocab": {**{name[i]: i for i in sorted(name)},
+                            **self.special_tokens},  # keeps their ids
+                  "merges": [[name[a], name[b]]
+                             for a, b in self.merges]}}
+    Path(path).write_text(json.dumps(doc, ensure_ascii=False),
+                          encoding="utf-8")
+
+
+BPETokenizer.save_tokenizer_json = _save_tokenizer_json
