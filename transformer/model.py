@@ -79,11 +79,8 @@ _NORMS = ("layernorm", "rmsnorm")
 _NORM_POSITIONS = ("pre", "post")
 _POS_ENCODINGS = ("learned", "sinusoidal", "sinusoidal-matched", "rope",
                   "none")
-# "sinusoidal-matched" multiplies the table of eq-pos-sinusoidal by this, so
-# its RMS (1/sqrt(2) before scaling) equals the token embeddings' initial
-# standard deviation 0.02: position and content enter at one amplitude, the
-# role the sqrt(D) embedding scale plays in Vaswani et al. (section "A
-# consequence of the initialisation for sinusoidal positions").
+# "sinusoidal-matched": the table's RMS 1/sqrt(2) scaled to the embeddings'
+# 0.02 (section "A consequence of the initialisation for sinusoidal ...")
 SINUSOIDAL_MATCHED_SCALE = 0.02 * math.sqrt(2)
 
 
