@@ -341,8 +341,7 @@ class GPT(nn.Module):
         _check_idx(cfg, idx, start_pos, caches)
         B, T = idx.shape
         x = self.wte(idx)  # (B, T, D)
-        if cfg.pos_encoding == "learned":
-            # a slice: the same rows as self.wpe(arange), no gather
+        if cfg.pos_encoding == "learned":  # rows of wpe, sliced, no gather
             x = x + self.wpe.weight[start_pos:start_pos + T]  # (B, T, D)
         elif cfg.pos_encoding.startswith("sinusoidal"):
             table = sinusoidal_encoding(T, cfg.n_embd, offset=start_pos,
@@ -354,14 +353,12 @@ class GPT(nn.Module):
         for i, block in enumerate(self.blocks):
             x = block(x, start_pos, None if caches is None else caches[i])
         logits = self.lm_head(self.ln_f(x))  # (B, T, V)
-        if targets is None:
-            return logits, None
-        return logits, _loss(cfg, logits, targets)
+        return logits, (None if targets is None
+                        else _loss(cfg, logits, targets))
 
     def n_params(self, non_embedding: bool = False) -> int:
-        """Number of parameters, tied weights counted once; with
-        non_embedding=True, without the token and position tables (the
-        count that scales compute). Equals gpt_param_count(config)."""
+        """Parameters, tied weights once (non_embedding=True: without the
+        token and position tables); equals gpt_param_count(config)."""
         return _n_params(self, non_embedding)
 
     @classmethod
