@@ -498,9 +498,14 @@ def load_runs(exp_id: str, root: Path | None = None,
 
 
 def _metric(rec: dict, metric: str):
-    v = rec["final"].get(metric) if metric in rec["final"] else \
+    """A record's metric; "log10_NAME" is log10 of metric NAME (gradient
+    norms span orders of magnitude: their interval is taken on a log
+    scale, where it cannot go negative)."""
+    if metric.startswith("log10_"):
+        v = _metric(rec, metric[len("log10_"):])
+        return None if v is None or not v > 0 else math.log10(v)
+    return rec["final"].get(metric) if metric in rec["final"] else \
         rec.get(metric)
-    return v
 
 
 def summary_rows(exp: Experiment, records: list[dict],
@@ -741,11 +746,11 @@ EXPERIMENTS = {e.id: e for e in [
 _REFS = ("below_bigram", "below_unigram")
 TABLE_METRICS = {
     "E4": ("val_loss", *_REFS, "val_loss_2x", "val_loss_2x_tail"),
-    "E6": ("val_loss", *_REFS, "train_loss", "max_grad_norm"),
+    "E6": ("val_loss", *_REFS, "train_loss", "log10_max_grad_norm"),
     "E2": ("val_loss", *_REFS, "n_params"),
     "E3": ("val_loss", *_REFS, "n_params"),
     "E5": ("val_loss", *_REFS, "tokens_per_s"),
-    "E7": ("val_loss", *_REFS, "max_grad_norm"),
+    "E7": ("val_loss", *_REFS, "log10_max_grad_norm"),
     "E8": ("val_loss", *_REFS, "n_params"),
     "E14": ("val_loss", *_REFS, "train_loss"),
     "E1": ("val_loss", *_REFS, "attn_entropy_init", "attn_entropy",
