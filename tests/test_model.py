@@ -367,3 +367,34 @@ def test_post_norm_matches_torch_encoder_layer(fused):
             ref = layer(ref, src_mask=mask, is_causal=True)
             x = block(x)
         torch.testing.assert_close(x, ref, rtol=0, atol=2e-5)
+
+
+def test_compiled_model_equals_eager_and_checks_eagerly():
+    """compile_model: the same loss and gradients as the eager model (fused
+    kernels, float32 rounding apart), and the same ValueErrors for bad ids
+    and targets, raised before anything is compiled or run."""
+    from transformer.model import compile_model
+    torch.manual_seed(0)
+    cfg = GPTConfig(vocab_size=64, block_size=32, n_layer=1, n_head=2,
+                    n_embd=32, fused=True)
+    model = GPT(cfg)
+    x = torch.randint(0, 64, (2, 32))  # (B, T)
+    y = torch.randint(0, 64, (2, 32))  # (B, T)
+    run = compile_model(model)
+    for bad_idx, bad_targets, name in ((x + 64, y, "idx"),
+                                       (x, y - 64, "targets"),
+                                       (x, y[:, :5], "targets"),
+                                       (x.float(), y, "idx")):
+        with pytest.raises(ValueError, match=name):
+            run(bad_idx, bad_targets)
+    _, loss_c = run(x, y)
+    loss_c.backward()
+    grads_c = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    _, loss_e = model(x, y)
+    loss_e.backward()
+    assert abs(loss_c.item() - loss_e.item()) < 1e-5
+    for gc, p in zip(grads_c, model.parameters()):
+        torch.testing.assert_close(gc, p.grad, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="model"):
+        compile_model(model.blocks[0])

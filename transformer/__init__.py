@@ -32,6 +32,7 @@ _WHERE = {  # public name -> module defining it
     "MLP": "model",
     "Block": "model",
     "GPT": "model",
+    "compile_model": "model",
     "gpt_param_count": "model",
     "hf_gpt2_config": "model",
     "save_hf_gpt2": "model",

@@ -155,13 +155,16 @@ class _LayerNorm(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         xhat, rstd, weight = ctx.saved_tensors
-        g = dy * weight  # (..., D)
-        dx = (g - _row_mean(g)
-              - xhat * _row_mean(g * xhat))  # eq-layernorm-backward
         rows = tuple(range(dy.dim() - 1))
-        dw = (dy * xhat).sum(rows)  # (D,)
+        dyx = dy * xhat  # (..., D): its column sums are dw
+        wd = weight * (1.0 / weight.shape[0])  # (D,), gamma / D
+        # the two means of eq-layernorm-backward as matrix-vector products
+        mean_g = torch.matmul(dy, wd).unsqueeze(-1)  # (..., 1)
+        mean_gx = torch.matmul(dyx, wd).unsqueeze(-1)  # (..., 1)
+        dx = (dy * weight).sub_(mean_g)  # g - mean(g), (..., D)
+        dx.addcmul_(xhat, mean_gx, value=-1).mul_(rstd)
         db = dy.sum(rows) if ctx.has_bias else None  # (D,)
-        return dx.mul_(rstd), dw, db, None
+        return dx, dyx.sum(rows), db, None
 
 
 def layer_norm(x: torch.Tensor, weight: torch.Tensor,
@@ -191,9 +194,11 @@ class _RMSNorm(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         xhat, rrms, weight = ctx.saved_tensors
-        g = dy * weight  # (..., D)
-        dx = (g - xhat * _row_mean(g * xhat)).mul_(rrms)
-        return dx, (dy * xhat).sum(tuple(range(dy.dim() - 1))), None
+        dyx = dy * xhat  # (..., D): its column sums are dw
+        wd = weight * (1.0 / weight.shape[0])  # (D,), gamma / D
+        mean_gx = torch.matmul(dyx, wd).unsqueeze(-1)  # (..., 1)
+        dx = (dy * weight).addcmul_(xhat, mean_gx, value=-1).mul_(rrms)
+        return dx, dyx.sum(tuple(range(dy.dim() - 1))), None
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor,
@@ -211,10 +216,15 @@ _GELU_C = math.sqrt(2.0 / math.pi)  # c in eq-gelu-sigmoid
 _GELU_A = 0.044715  # a in eq-gelu-sigmoid
 
 
+def _gelu_poly(x: torch.Tensor, k: float) -> torch.Tensor:
+    """x (2c + k x^2), elementwise, in two passes: one addcmul (a 0-dim
+    tensor broadcast against x x) and one product."""
+    return torch.addcmul(x.new_tensor(2 * _GELU_C), x, x, value=k).mul_(x)
+
+
 def _gelu_gate(x: torch.Tensor) -> torch.Tensor:
-    """r = sig(2u), u = c (x + a x^3), elementwise (eq-gelu-sigmoid)."""
-    r = x * x
-    return r.mul_(2 * _GELU_C * _GELU_A).add_(2 * _GELU_C).mul_(x).sigmoid_()
+    """r = sig(2u), 2u = x (2c + 2ca x^2), elementwise (eq-gelu-sigmoid)."""
+    return _gelu_poly(x, 2 * _GELU_C * _GELU_A).sigmoid_()
 
 
 class _GeluTanh(torch.autograd.Function):
@@ -230,10 +240,9 @@ class _GeluTanh(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x, r = ctx.saved_tensors
-        d = x * x  # becomes x * d(2u)/dx = x * 2c (1 + 3 a x^2)
-        d.mul_(6 * _GELU_C * _GELU_A).add_(2 * _GELU_C).mul_(x)
-        d.mul_(1 - r).add_(1).mul_(r)  # r + x r (1 - r) d(2u)/dx
-        return d.mul_(dy)
+        d = _gelu_poly(x, 6 * _GELU_C * _GELU_A)  # x * d(2u)/dx
+        d.addcmul_(d, r, value=-1).add_(1)  # 1 + x (1 - r) d(2u)/dx
+        return d.mul_(r).mul_(dy)  # (r + x r (1 - r) d(2u)/dx) dy
 
 
 def gelu_tanh_fused(x: torch.Tensor) -> torch.Tensor:

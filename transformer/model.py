@@ -12,6 +12,7 @@ __all__ = [
     "MLP",
     "Block",
     "GPT",
+    "compile_model",
     "gpt_param_count",
     "hf_gpt2_config",
     "save_hf_gpt2",
@@ -338,7 +339,8 @@ class GPT(nn.Module):
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,
                 start_pos: int = 0, caches=None):
         cfg = self.config
-        _check_idx(cfg, idx, start_pos, caches)
+        if not torch.compiler.is_compiling():  # compile_model checks first
+            _check_idx(cfg, idx, start_pos, caches)
         B, T = idx.shape
         x = self.wte(idx)  # (B, T, D)
         if cfg.pos_encoding == "learned":  # rows of wpe, sliced, no gather
@@ -415,9 +417,33 @@ def _loss(cfg: GPTConfig, logits: torch.Tensor,
     the same checks, then the hand-written backward. Chapter "Multi-head
     attention, the block and the GPT model", section "The full model"."""
     if cfg.fused:
-        check_targets(logits, targets)
+        if not torch.compiler.is_compiling():  # compile_model checks first
+            check_targets(logits, targets)
         return kernels.cross_entropy_mean(logits, targets)
     return cross_entropy(logits, targets)
+
+
+def compile_model(model: GPT, **options):
+    """`model` compiled by torch.compile: a function (idx, targets=None)
+    -> (logits, loss) equal to model(idx, targets) up to float rounding,
+    with forward's checks of idx and targets run first, eagerly (the
+    compiled graph skips them). `options` go to torch.compile. The first
+    call with a new shape compiles. Chapter "Multi-head attention, the
+    block and the GPT model", section "The full model"; measured in
+    chapter "Backward passes by hand"."""
+    if not isinstance(model, GPT):
+        raise ValueError(f"model: expected a GPT, got "
+                         f"{type(model).__name__}")
+    compiled = torch.compile(model, **options)
+    V = model.config.vocab_size
+
+    def forward(idx: torch.Tensor, targets: torch.Tensor | None = None):
+        _check_idx(model.config, idx, 0, None)
+        if targets is not None:  # _loss's checks, before any logits exist
+            check_targets(torch.empty(*idx.shape, V, device="meta"),
+                          targets)
+        return compiled(idx, targets)
+    return forward
 
 
 def gpt_param_count(config: GPTConfig) -> int:
