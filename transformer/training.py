@@ -606,12 +606,12 @@ def _run_steps(run: _Run, train_ids: torch.Tensor, progress: bool,
 def _check_train_args(model, train_ids, val_ids, cfg, checkpoint_path,
                       resume) -> int:
     """ValueError naming the argument at fault; else the window length."""
-    if not isinstance(model, torch.nn.Module):
-        raise ValueError(f"model: expected a torch.nn.Module, "
-                         f"got {type(model).__name__}")
-    if not isinstance(cfg, TrainConfig):
-        raise ValueError(f"cfg: expected a TrainConfig, "
-                         f"got {type(cfg).__name__}")
+    for name, value, kind, what in (
+            ("model", model, torch.nn.Module, "torch.nn.Module"),
+            ("cfg", cfg, TrainConfig, "TrainConfig")):
+        if not isinstance(value, kind):
+            raise ValueError(f"{name}: expected a {what}, "
+                             f"got {type(value).__name__}")
     for name, ids in (("train_ids", train_ids), ("val_ids", val_ids)):
         if not (isinstance(ids, torch.Tensor) and ids.dtype == torch.int64
                 and ids.dim() == 1):
