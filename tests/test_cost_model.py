@@ -1,5 +1,6 @@
 """Chapter "The cost model": Hugging Face's GPT-2 and PyTorch's FLOP counter
 are the oracles (random configs, nothing downloaded)."""
+import dataclasses
 import types
 
 import pytest
@@ -8,7 +9,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from transformers import GPT2Config, GPT2LMHeadModel
 from transformers.utils import logging as hf_logging
 
-from transformer.cost_model import (GPT2_SMALL, ModelShape, activation_bytes,
+from transformer.cost_model import (GPT2_SMALL, activation_bytes,
                                     attention_flop_share,
                                     attention_timing_parts, cost_table,
                                     flop_crossover_length, forward_flops,
@@ -16,23 +17,25 @@ from transformer.cost_model import (GPT2_SMALL, ModelShape, activation_bytes,
                                     model_shape, param_breakdown,
                                     param_count, score_matrix_bytes)
 
+from transformer.model import GPTConfig
+
 hf_logging.set_verbosity_error()
 
 SHAPES = [
-    ModelShape(vocab_size=10, block_size=8, n_layer=1, n_head=2, n_embd=4),
-    ModelShape(vocab_size=97, block_size=64, n_layer=3, n_head=4, n_embd=32,
-               ffn_mult=3, tie_weights=False),
-    ModelShape(vocab_size=257, block_size=32, n_layer=2, n_head=1,
-               n_embd=24, ffn_mult=2.5),
-    ModelShape(vocab_size=64, block_size=16, n_layer=4, n_head=8, n_embd=64,
-               tie_weights=False),
+    GPTConfig(vocab_size=10, block_size=8, n_layer=1, n_head=2, n_embd=4),
+    GPTConfig(vocab_size=97, block_size=64, n_layer=3, n_head=4, n_embd=32,
+              ffn_mult=3, tie_weights=False),
+    GPTConfig(vocab_size=257, block_size=32, n_layer=2, n_head=1,
+              n_embd=24, ffn_mult=2.5),
+    GPTConfig(vocab_size=64, block_size=16, n_layer=4, n_head=8, n_embd=64,
+              tie_weights=False),
 ]
 
 
-def hf_model(s: ModelShape):
+def hf_model(s: GPTConfig):
     cfg = GPT2Config(vocab_size=s.vocab_size, n_positions=s.block_size,
                      n_embd=s.n_embd, n_layer=s.n_layer, n_head=s.n_head,
-                     n_inner=s.ffn_hidden,
+                     n_inner=s.ffn_dim,
                      tie_word_embeddings=s.tie_weights)
     cfg._attn_implementation = "eager"
     torch.manual_seed(0)
@@ -56,9 +59,9 @@ def test_params_without_bias(s):
     m = hf_model(s)
     weights_only = sum(p.numel() for n, p in m.named_parameters()
                        if not n.endswith(".bias"))
-    nb = ModelShape(**{**s.__dict__, "bias": False})
+    nb = dataclasses.replace(s, bias=False)
     assert param_count(nb) == weights_only
-    rms = ModelShape(**{**s.__dict__, "norm": "rmsnorm"})
+    rms = dataclasses.replace(s, norm="rmsnorm")
     assert param_count(rms) == param_count(nb) + (
         param_count(s) - param_count(nb)) - (2 * s.n_layer + 1) * s.n_embd
 
@@ -104,7 +107,7 @@ def test_kv_cache_bytes_match_hf_cache():
 @pytest.mark.parametrize("s", SHAPES + [GPT2_SMALL])
 def test_crossovers(s):
     t = flop_crossover_length(s)
-    assert t == 2 * s.n_embd + s.ffn_hidden
+    assert t == 2 * s.n_embd + s.ffn_dim
     assert attention_flop_share(int(t), s) == pytest.approx(0.5, abs=1e-12)
     th = flop_crossover_length(s, include_head=True)
     f = forward_flops(1, 1, s)  # linear parts per token
@@ -119,7 +122,7 @@ def test_crossovers(s):
 def test_memory_scaling():
     s = SHAPES[1]
     a1, a2 = (activation_bytes(T, 2, s)["per_layer"] for T in (8, 16))
-    lin = 2 * 8 * (8 * s.n_embd + 2 * s.ffn_hidden) * 4
+    lin = 2 * 8 * (8 * s.n_embd + 2 * s.ffn_dim) * 4
     quad = 2 * s.n_head * 8 * 8 * 4
     assert a1 == lin + quad and a2 == 2 * lin + 4 * quad
     assert activation_bytes(8, 2, s)["total"] == s.n_layer * a1
@@ -134,20 +137,20 @@ def test_model_shape_from_config():
                                 n_head=2, n_embd=8, ffn_mult=4, bias=False,
                                 tie_weights=True, dropout=0.1)
     s = model_shape(cfg)
-    assert s == ModelShape(50, 16, 2, 2, 8, bias=False)
+    assert s == GPTConfig(50, 16, 2, 2, 8, bias=False, dropout=0.1)
     assert param_count(cfg) == param_count(s)
     rope = types.SimpleNamespace(**vars(cfg), pos_encoding="rope")
     assert param_breakdown(rope)["position_embedding"] == 0
     assert model_shape({"vocab_size": 5, "block_size": 4, "n_layer": 1,
-                        "n_head": 1, "n_embd": 2}).ffn_hidden == 8
+                        "n_head": 1, "n_embd": 2}).ffn_dim == 8
     assert model_shape(cfg, n_layer=5).n_layer == 5
 
 
 @pytest.mark.parametrize("call, arg", [
-    (lambda: ModelShape(10, 8, 1, 3, 8), "n_head"),
-    (lambda: ModelShape(10, 8, 0, 1, 8), "n_layer"),
-    (lambda: ModelShape(10, 8, 1, 1, 8, ffn_mult=0.3), "ffn_mult"),
-    (lambda: ModelShape(10, 8, 1, 1, 8, norm="batch"), "norm"),
+    (lambda: GPTConfig(10, 8, 1, 3, 8), "n_head"),
+    (lambda: GPTConfig(10, 8, 0, 1, 8), "n_layer"),
+    (lambda: GPTConfig(10, 8, 1, 1, 8, ffn_mult=0.3), "ffn_mult"),
+    (lambda: GPTConfig(10, 8, 1, 1, 8, norm="batch"), "norm"),
     (lambda: model_shape({"vocab_size": 5}), "config"),
     (lambda: model_shape(GPT2_SMALL, n_layers=3), "config"),
     (lambda: forward_flops(0, 1, GPT2_SMALL), "T"),

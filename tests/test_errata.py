@@ -13,9 +13,10 @@ import pytest
 import torch
 
 from transformer import rms_norm
-from transformer.cost_model import (GPT2_SMALL, ModelShape,
+from transformer.cost_model import (GPT2_SMALL,
                                     flop_crossover_length,
                                     kv_crossover_length)
+from transformer.model import GPTConfig
 from transformer.sampling import top_k_filter
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -211,8 +212,8 @@ def test_kv_crossover_vocabulary_term():
 
 
 def test_crossover_ratio_and_causal_crossover():
-    small = ModelShape(vocab_size=1024, block_size=256, n_layer=4, n_head=4,
-                       n_embd=128)
+    small = GPTConfig(vocab_size=1024, block_size=256, n_layer=4, n_head=4,
+                      n_embd=128)
     assert flop_crossover_length(GPT2_SMALL) / flop_crossover_length(
         small) == 6
     ratio = flop_crossover_length(GPT2_SMALL, include_head=True) \

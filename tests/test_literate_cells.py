@@ -17,10 +17,7 @@ MAX_LINES = 60  # of an export cell's source, its `#|` lines included
 # same split (one definition per cell, right after the move it derives).
 # The set can only shrink: a chapter listed here that no longer needs to
 # be is an error too, so remove it from the set when its split lands.
-PENDING = {
-    "09_training",
-    "15_ablations",
-}
+PENDING: set[str] = set()
 
 # `$$ ... $$ (label)` closes a numbered equation (its line may be indented,
 # inside a list item); `(label)=` alone on a line is a target

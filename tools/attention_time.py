@@ -75,9 +75,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"{100 * hi:.1f}]  FLOP share "
                   f"{100 * run['flop_share']:5.1f}%  block p50 "
                   f"{run['block']['p50'] * 1e3:.2f} ms", flush=True)
-    path = write_json({"environment": environment(), "widths": WIDTHS,
-                       "contexts": contexts, "runs": runs}, args.out)
-    print(f"wrote {path}")
+    record = {"environment": environment(), "widths": WIDTHS,
+              "contexts": contexts, "runs": runs}
+    print(f"wrote {write_json(record, args.out)}")
     return 0
 
 

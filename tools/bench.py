@@ -63,8 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         print("B:", format_latency(rec["summary_b"], unit=args.unit))
         lo, hi = rec["ratio_ci"]
         print(f"p50(A) / p50(B) = {rec['ratio']:.3f} [{lo:.3f}, {hi:.3f}]")
-    path = write_json(rec, Path(args.out) / f"{args.name}.json")
-    print(f"wrote {path}")
+    print(f"wrote {write_json(rec, Path(args.out) / f'{args.name}.json')}")
     return 0
 
 

@@ -32,9 +32,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tools"))
+sys.path[:0] = [str(ROOT), str(ROOT / "tools")]  # this checkout first
 
 import torch  # noqa: E402
 

@@ -29,16 +29,14 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tools"))
+sys.path[:0] = [str(ROOT), str(ROOT / "tools")]  # this checkout first
 
 import torch  # noqa: E402
 
 import literate  # noqa: E402
 from transformer.baseline import (bigram_counts, bigram_loss,  # noqa: E402
                                   token_stream)
-from transformer.bench import environment  # noqa: E402
+from transformer.bench import environment, write_json  # noqa: E402
 from transformer.experiments import (overfit_config,  # noqa
                                      shuffled_config)
 from transformer.model import GPTConfig  # noqa: E402
@@ -262,8 +260,8 @@ def run_preset_time(args) -> dict:
 
 def run_tiny(args) -> dict:
     """The `tiny` preset exactly as `python -m transformer train` runs it."""
-    tok, train_ids, val_ids = token_stream(1024)
     model_cfg, train_cfg = configs_from("tiny")
+    _, train_ids, val_ids = token_stream(model_cfg.vocab_size)
     t0 = time.perf_counter()
     model = init_model(model_cfg, train_cfg.seed)
     hist = train(model, train_ids, val_ids, train_cfg)
@@ -291,15 +289,12 @@ def main(argv=None) -> int:
     record = RUNS[args.run](args)
     record.update(environment=env, wall_s_total=time.perf_counter() - t0,
                   loadavg_end=list(os.getloadavg()))
-    OUT.mkdir(parents=True, exist_ok=True)
     name = args.run
     if name == "bigram" and len(args.seeds) == 1:  # one seed per process
         name = f"bigram-{args.seeds[0]}"
     elif name == "bigram-merge":
         name = "bigram"
-    path = OUT / f"{name}.json"
-    path.write_text(json.dumps(record, indent=1) + "\n")
-    print(f"wrote {path}")
+    print(f"wrote {write_json(record, OUT / f'{name}.json')}")
     return 0
 
 

@@ -30,7 +30,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from transformer.stats import as_values, check_level
+from transformer.stats import as_values, bootstrap_ci, check_level
 
 
 def _as_samples(samples, name: str = "samples") -> list[float]:
@@ -100,22 +100,15 @@ def quantile(samples: Sequence[float], q: float) -> float:
 def median_ci(samples: Sequence[float], level: float = 0.95,
               n_boot: int = 2000, seed: int = 0) -> tuple[float, float]:
     """Percentile-bootstrap confidence interval for the median; seeded,
-    so it is reproducible.
+    so it is reproducible: the error-bar chapter's bootstrap_ci with the
+    median as its statistic.
 
     Implements eq. (eq-bootstrap-median), appendix "Measuring honestly",
     move 3."""
-    x = torch.tensor(_as_samples(samples), dtype=torch.float64)  # (n,)
-    check_level(level)
-    if not isinstance(n_boot, int) or n_boot < 100:
-        raise ValueError(f"n_boot: expected an int >= 100, got {n_boot!r}")
-    g = torch.Generator().manual_seed(seed)
-    n = x.numel()
-    idx = torch.randint(0, n, (n_boot, n), generator=g)  # (R, n)
-    medians = torch.quantile(x[idx], 0.5, dim=1)  # (R,)
-    a = (1.0 - level) / 2
-    lo, hi = torch.quantile(medians, torch.tensor(
-        [a, 1.0 - a], dtype=torch.float64)).tolist()
-    return lo, hi
+    xs = _as_samples(samples)
+    # resampling one value always gives it back; bootstrap_ci wants two
+    return bootstrap_ci(xs * 2 if len(xs) == 1 else xs, "median", level,
+                        n_boot, seed)
 
 
 def latency_summary(samples: Sequence[float], level: float = 0.95,

@@ -684,14 +684,14 @@ def run_sample(args) -> int:
 def run_cost(args) -> int:
     """`python -m transformer cost`: the cost table for a shape. The table
     is derived in chapter "The cost model"."""
-    from transformer.cost_model import (ModelShape, cost_table,
-                                        flop_crossover_length,
+    from transformer.cost_model import (cost_table, flop_crossover_length,
                                         format_cost_table,
                                         kv_crossover_length, param_count)
-    s = ModelShape(vocab_size=args.vocab_size, block_size=args.block_size,
-                   n_layer=args.n_layer, n_head=args.n_head,
-                   n_embd=args.n_embd, ffn_mult=args.ffn_mult,
-                   bias=not args.no_bias, tie_weights=not args.untied)
+    from transformer.model import GPTConfig
+    s = GPTConfig(vocab_size=args.vocab_size, block_size=args.block_size,
+                  n_layer=args.n_layer, n_head=args.n_head,
+                  n_embd=args.n_embd, ffn_mult=args.ffn_mult,
+                  bias=not args.no_bias, tie_weights=not args.untied)
     # everything is computed before anything is printed: an error is then
     # the only output
     table = format_cost_table(cost_table(s, args.contexts, args.batch,

@@ -21,7 +21,7 @@ __all__ = [
 
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import Callable, Sequence
 
 import torch
@@ -29,52 +29,20 @@ import torch
 from transformer.model import GPTConfig
 from transformer.softmax import softmax
 
-
-@dataclass(frozen=True)
-class ModelShape:
-    """The numbers the cost model needs, named as in the model's GPTConfig.
-
-    Defined in chapter "The cost model", section "Symbols"."""
-    vocab_size: int
-    block_size: int
-    n_layer: int
-    n_head: int
-    n_embd: int
-    ffn_mult: float = 4
-    bias: bool = True
-    tie_weights: bool = True
-    learned_pos: bool = True
-    norm: str = "layernorm"
-
-    def __post_init__(self):
-        # the model's own checks, with its messages: a shape is valid
-        # exactly when GPTConfig accepts it
-        GPTConfig(vocab_size=self.vocab_size, block_size=self.block_size,
-                  n_layer=self.n_layer, n_head=self.n_head,
-                  n_embd=self.n_embd, ffn_mult=self.ffn_mult, norm=self.norm,
-                  bias=self.bias, tie_weights=self.tie_weights)
-
-    @property
-    def head_dim(self) -> int:
-        return self.n_embd // self.n_head
-
-    @property
-    def ffn_hidden(self) -> int:
-        return int(self.ffn_mult * self.n_embd)
+GPT2_SMALL = GPTConfig(vocab_size=50257, block_size=1024, n_layer=12,
+                       n_head=12, n_embd=768)
+# the name this chapter's shapes once had; they are GPTConfig now
+ModelShape = GPTConfig
 
 
-GPT2_SMALL = ModelShape(vocab_size=50257, block_size=1024, n_layer=12,
-                        n_head=12, n_embd=768)
-
-
-def model_shape(config=None, **overrides) -> ModelShape:
-    """A ModelShape from any object (or dict) with GPTConfig field names,
-    plus keyword overrides; missing optional fields take GPT-2's defaults.
-    A `pos_encoding` attribute other than 'learned' means no position
-    parameters. Defined in chapter "The cost model", section "Symbols"."""
-    if isinstance(config, ModelShape) and not overrides:
+def model_shape(config=None, **overrides) -> GPTConfig:
+    """The GPTConfig of a GPTConfig, or of any object (or dict) with its
+    field names, plus keyword overrides; optional fields missing take
+    GPTConfig's (GPT-2's) defaults. Defined in chapter "The cost model",
+    section "Symbols"."""
+    if isinstance(config, GPTConfig) and not overrides:
         return config
-    names = {f.name for f in fields(ModelShape)}
+    names = {f.name for f in fields(GPTConfig)}
     values = {}
     if config is not None:
         get = config.get if isinstance(config, dict) else (
@@ -82,9 +50,6 @@ def model_shape(config=None, **overrides) -> ModelShape:
         for name in names:
             if get(name, None) is not None:
                 values[name] = get(name)
-        pos = get("pos_encoding", None)
-        if isinstance(pos, str) and "learned_pos" not in values:
-            values["learned_pos"] = pos == "learned"
     values.update(overrides)
     missing = {"vocab_size", "block_size", "n_layer", "n_head",
                "n_embd"} - set(values)
@@ -94,14 +59,14 @@ def model_shape(config=None, **overrides) -> ModelShape:
     unknown = set(values) - names
     if unknown:
         raise ValueError(f"config: unknown fields {sorted(unknown)}")
-    return ModelShape(**values)
+    return GPTConfig(**values)
 
 
 def param_breakdown(config=None, **overrides) -> dict[str, int]:
     """Parameters by place, eq. (eq-params); 'total' counts a tied matrix
     once. Derived in chapter "The cost model", move 1."""
     s = model_shape(config, **overrides)
-    D, F, V, b = s.n_embd, s.ffn_hidden, s.vocab_size, int(s.bias)
+    D, F, V, b = s.n_embd, s.ffn_dim, s.vocab_size, int(s.bias)
     norm = D + (D * b if s.norm == "layernorm" else 0)
     layer = {
         "attn_qkv": 3 * D * D + 3 * D * b,
@@ -112,7 +77,8 @@ def param_breakdown(config=None, **overrides) -> dict[str, int]:
     }
     out = {
         "token_embedding": V * D,
-        "position_embedding": s.block_size * D if s.learned_pos else 0,
+        "position_embedding": s.block_size * D * (
+            s.pos_encoding == "learned"),
         "per_layer": sum(layer.values()),
         **{f"per_layer_{k}": v for k, v in layer.items()},
         "final_norm": norm,
@@ -147,7 +113,7 @@ def forward_flops(T: int, B: int = 1, config=None,
     it. Derived in chapter "The cost model", moves 2-3."""
     _check_positive(T=T, B=B)
     s = model_shape(config, **overrides)
-    D, F, H, Dh = s.n_embd, s.ffn_hidden, s.n_head, s.head_dim
+    D, F, H, Dh = s.n_embd, s.ffn_dim, s.n_head, s.head_dim
     f = {
         "qkv": 2 * B * T * D * 3 * D,
         "scores": 2 * B * H * T * T * Dh,
@@ -178,7 +144,7 @@ def flop_crossover_length(config=None, include_head: bool = False,
     2D + F (+ V / 2L with the output layer), eq. (eq-flop-crossover).
     Derived in chapter "The cost model", move 4."""
     s = model_shape(config, **overrides)
-    t = 2 * s.n_embd + s.ffn_hidden
+    t = 2 * s.n_embd + s.ffn_dim
     return t + (s.vocab_size / (2 * s.n_layer) if include_head else 0.0)
 
 
@@ -207,7 +173,7 @@ def activation_bytes(T: int, B: int = 1, config=None, bytes_per: int = 4,
     _check_positive(T=T, B=B)
     _check_bytes(bytes_per)
     s = model_shape(config, **overrides)
-    per_layer = (B * T * (8 * s.n_embd + 2 * s.ffn_hidden)
+    per_layer = (B * T * (8 * s.n_embd + 2 * s.ffn_dim)
                  + B * s.n_head * T * T) * bytes_per
     return {"per_layer": per_layer, "total": s.n_layer * per_layer}
 
@@ -304,9 +270,9 @@ def attention_timing_parts(T: int, n_embd: int, n_head: int,
     attention's share. Defined in chapter "The cost model", section
     "Measured: attention's share of time"."""
     _check_positive(T=T, B=B)
-    s = ModelShape(vocab_size=1, block_size=T, n_layer=1, n_head=n_head,
-                   n_embd=n_embd, ffn_mult=ffn_mult)
-    D, H, Dh, F = s.n_embd, s.n_head, s.head_dim, s.ffn_hidden
+    s = GPTConfig(vocab_size=1, block_size=T, n_layer=1, n_head=n_head,
+                  n_embd=n_embd, ffn_mult=ffn_mult)
+    D, H, Dh, F = s.n_embd, s.n_head, s.head_dim, s.ffn_dim
     g = torch.Generator().manual_seed(seed)
     w = lambda *shape: torch.randn(*shape, generator=g) / math.sqrt(
         shape[0])  # noqa: E731

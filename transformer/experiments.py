@@ -8,7 +8,6 @@ __all__ = [
     "attention_entropy",
     "config_hash",
     "run_point",
-    "run_probe",
     "default_results_dir",
     "records_dir",
     "record_matches",
@@ -21,6 +20,7 @@ __all__ = [
     "all_of",
     "fired",
     "Probe",
+    "run_probe",
     "overfit_config",
     "shuffled_config",
     "measure_e10",
@@ -82,6 +82,38 @@ _RUN_FIELDS = set(TrainConfig.__dataclass_fields__) - {"seed"}
 _EXTRAS = ("long_context", "init_grads", "attn_entropy", "per_byte")
 
 
+def _check_experiment(exp) -> None:
+    """ValueError naming the field of an Experiment at fault."""
+    if not re.fullmatch(r"E\d+", exp.id):
+        raise ValueError(f"id: expected 'E' and a number, got {exp.id!r}")
+    known = _MODEL_FIELDS | _RUN_FIELDS
+    for name in (exp.variable, exp.stratum):
+        if name is not None and name not in known:
+            raise ValueError(f"variable: expected a GPTConfig or "
+                             f"TrainConfig field, got {name!r}")
+    if len(exp.values) < 2:
+        raise ValueError(f"values: expected at least two, "
+                         f"got {exp.values!r}")
+    if len(exp.seeds) < 2:
+        raise ValueError(f"seeds: expected at least two (an interval "
+                         f"needs a spread), got {exp.seeds!r}")
+    if not exp.prediction.strip() or not exp.falsifier.strip():
+        raise ValueError("prediction: a prediction and its falsifier "
+                         "are written before the experiment runs")
+    unknown = set(exp.extras) - set(_EXTRAS)
+    if unknown:
+        raise ValueError(f"extras: expected names from {_EXTRAS}, "
+                         f"got {sorted(unknown)}")
+    bad = (set(exp.model) - _MODEL_FIELDS) | (set(exp.run) - _RUN_FIELDS)
+    if bad:
+        raise ValueError(f"model: unknown fields {sorted(bad)}")
+    for value, arm in exp.overrides.items():
+        if value not in exp.values or set(arm) - known:
+            raise ValueError(f"overrides: expected {{value: {{field: "
+                             f"setting}}}} for values in "
+                             f"{exp.values}, got {value!r}: {arm!r}")
+
+
 @dataclass(frozen=True)
 class Experiment:
     """One declared experiment: a grid over ONE `variable` (a GPTConfig or
@@ -106,35 +138,7 @@ class Experiment:
     is_smoke: bool = False
 
     def __post_init__(self):
-        if not re.fullmatch(r"E\d+", self.id):
-            raise ValueError(f"id: expected 'E' and a number, got {self.id!r}")
-        known = _MODEL_FIELDS | _RUN_FIELDS
-        for name in (self.variable, self.stratum):
-            if name is not None and name not in known:
-                raise ValueError(f"variable: expected a GPTConfig or "
-                                 f"TrainConfig field, got {name!r}")
-        if len(self.values) < 2:
-            raise ValueError(f"values: expected at least two, "
-                             f"got {self.values!r}")
-        if len(self.seeds) < 2:
-            raise ValueError(f"seeds: expected at least two (an interval "
-                             f"needs a spread), got {self.seeds!r}")
-        if not self.prediction.strip() or not self.falsifier.strip():
-            raise ValueError("prediction: a prediction and its falsifier "
-                             "are written before the experiment runs")
-        unknown = set(self.extras) - set(_EXTRAS)
-        if unknown:
-            raise ValueError(f"extras: expected names from {_EXTRAS}, "
-                             f"got {sorted(unknown)}")
-        bad = (set(self.model) - _MODEL_FIELDS) | (set(self.run)
-                                                   - _RUN_FIELDS)
-        if bad:
-            raise ValueError(f"model: unknown fields {sorted(bad)}")
-        for value, arm in self.overrides.items():
-            if value not in self.values or set(arm) - known:
-                raise ValueError(f"overrides: expected {{value: {{field: "
-                                 f"setting}}}} for values in "
-                                 f"{self.values}, got {value!r}: {arm!r}")
+        _check_experiment(self)
 
     def points(self) -> list[tuple]:
         """Every (stratum value, variable value, seed) this grid runs,
@@ -161,25 +165,30 @@ class Experiment:
     def smoke(self) -> "Experiment":
         """A seconds-long version: tiny width, few steps, two seeds, two
         strata at most; the variable keeps all its values."""
-        m = {**self.model, "n_embd": 32, "n_layer": 1, "block_size": 16,
-             "n_head": 2}
-        r = {**self.run, "steps": 3, "batch_size": 2, "warmup_steps": 1,
-             "eval_interval": 2, "eval_batches": 1}
-        for name in (self.variable, self.stratum):
-            m.pop(name, None)
-            r.pop(name, None)
-        if self.variable == "warmup_steps":
-            r["steps"] = max(self.values) + 2
-        values = self.values
-        if self.variable == "vocab_size":  # two tokenizers, not four
-            values = (BYTES, 512)
-        strata = self.strata
-        if self.stratum == "n_layer":
-            strata = (1, 2)
-        elif len(strata) > 2:
-            strata = strata[:2]
-        return replace(self, model=m, run=r, seeds=(0, 1), strata=strata,
-                       values=values, overrides={}, is_smoke=True)
+        return _smoke_experiment(self)
+
+
+def _smoke_experiment(exp: Experiment) -> Experiment:
+    """Experiment.smoke: a tiny model, a few steps, two seeds."""
+    m = {**exp.model, "n_embd": 32, "n_layer": 1, "block_size": 16,
+         "n_head": 2}
+    r = {**exp.run, "steps": 3, "batch_size": 2, "warmup_steps": 1,
+         "eval_interval": 2, "eval_batches": 1}
+    for name in (exp.variable, exp.stratum):
+        m.pop(name, None)
+        r.pop(name, None)
+    if exp.variable == "warmup_steps":
+        r["steps"] = max(exp.values) + 2
+    values = exp.values
+    if exp.variable == "vocab_size":  # two tokenizers, not four
+        values = (BYTES, 512)
+    strata = exp.strata
+    if exp.stratum == "n_layer":
+        strata = (1, 2)
+    elif len(strata) > 2:
+        strata = strata[:2]
+    return replace(exp, model=m, run=r, seeds=(0, 1), strata=strata,
+                   values=values, overrides={}, is_smoke=True)
 
 
 def _git_commit() -> str:
@@ -277,6 +286,22 @@ def config_hash(mc: GPTConfig, cfg: TrainConfig) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def _new_record(exp: Experiment, stratum, value, seed: int, mc, cfg,
+                model, reference: dict) -> dict:
+    """What a record says before training: the grid point, the code and
+    machine, both configurations, the references and the model's size."""
+    return {"experiment": exp.id, "variable": exp.variable, "value": value,
+            "stratum_name": exp.stratum, "stratum": stratum, "seed": seed,
+            "git_commit": _git_commit(), "smoke": exp.is_smoke,
+            "config_hash": config_hash(mc, cfg),
+            "reference": {k: reference[k] for k in ("unigram", "bigram",
+                                                    "alpha")},
+            "model_config": asdict(mc), "run_config": asdict(cfg),
+            "n_params": model.n_params(),
+            "tokens": cfg.steps * cfg.batch_size * mc.block_size,
+            "machine": _machine()}
+
+
 def run_point(exp: Experiment, stratum, value, seed: int, data,
               progress=None, reference: dict | None = None) -> dict:
     """Run one grid point: build the model with `torch.manual_seed(seed)`,
@@ -292,16 +317,7 @@ def run_point(exp: Experiment, stratum, value, seed: int, data,
     if reference is None:
         reference = baseline_losses(train_ids, val_ids, mc.vocab_size)
     model = init_model(mc, seed)
-    rec = {"experiment": exp.id, "variable": exp.variable, "value": value,
-           "stratum_name": exp.stratum, "stratum": stratum, "seed": seed,
-           "git_commit": _git_commit(), "smoke": exp.is_smoke,
-           "config_hash": config_hash(mc, cfg),
-           "reference": {k: reference[k] for k in ("unigram", "bigram",
-                                                   "alpha")},
-           "model_config": asdict(mc), "run_config": asdict(cfg),
-           "n_params": model.n_params(),
-           "tokens": cfg.steps * cfg.batch_size * mc.block_size,
-           "machine": _machine()}
+    rec = _new_record(exp, stratum, value, seed, mc, cfg, model, reference)
     if "init_grads" in exp.extras:
         rec["init_grad_norms"] = init_grad_norms(model, train_ids,
                                                  cfg.batch_size)
@@ -317,22 +333,40 @@ def run_point(exp: Experiment, stratum, value, seed: int, data,
     hist = train(model, train_ids, val_ids, cfg, callback=report)
     rec.update({k: hist[k] for k in ("train_loss", "grad_norm", "val_steps",
                                      "val_loss", "diverged", "wall_s")})
+    rec["final"] = _final_metrics(exp, model, data, mc, cfg, rec,
+                                  reference)
+    rec["tokens_per_s"] = rec["tokens"] / rec["wall_s"]
+    rec["wall_s_total"] = time.perf_counter() - t0
+    return rec
+
+
+def _final_metrics(exp: Experiment, model, data, mc: GPTConfig,
+                   cfg: TrainConfig, rec: dict, reference: dict) -> dict:
+    """The "final" numbers of a trained grid point's record `rec`, the
+    extras' included. Section "The runner"."""
+    val_ids, diverged = data[2], rec["diverged"]
     final = {"train_loss": (sum(rec["train_loss"][-10:])
                             / len(rec["train_loss"][-10:])),
-             "max_grad_norm": max(rec["grad_norm"]),
-             "diverged": rec["diverged"]}
+             "max_grad_norm": max(rec["grad_norm"]), "diverged": diverged}
     n_eval = 4 * cfg.eval_batches  # the final estimate: four times more
-    if rec["diverged"]:
-        final["val_loss"] = math.nan
-    else:
-        final["val_loss"] = evaluate(model, val_ids, mc.block_size,
-                                     cfg.batch_size, n_eval, EVAL_SEED)
+    final["val_loss"] = math.nan if diverged else evaluate(
+        model, val_ids, mc.block_size, cfg.batch_size, n_eval, EVAL_SEED)
     # distances to the references, positive when the model is below them
     final["below_unigram"] = reference["unigram"] - final["val_loss"]
     final["below_bigram"] = reference["bigram"] - final["val_loss"]
+    _extra_metrics(exp, model, data, mc, cfg, rec, final)
+    return final
+
+
+def _extra_metrics(exp: Experiment, model, data, mc: GPTConfig,
+                   cfg: TrainConfig, rec: dict, final: dict) -> None:
+    """What `exp.extras` asks for after training, into `final` (and
+    bytes_per_token, attn_entropy into `rec`). Section "The runner"."""
+    (tok, _, val_ids), diverged = data, rec["diverged"]
+    n_eval = 4 * cfg.eval_batches
     if "long_context" in exp.extras:
         T = mc.block_size
-        if mc.pos_encoding == "learned" or rec["diverged"]:
+        if mc.pos_encoding == "learned" or diverged:
             final["val_loss_2x"] = None  # no position table beyond T
             final["val_loss_2x_tail"] = None
         else:  # windows of 2T: the trained positions, then unseen ones
@@ -341,42 +375,23 @@ def run_point(exp: Experiment, stratum, value, seed: int, data,
             final["val_loss_2x"] = nll.mean().item()
             final["val_loss_2x_head"] = nll[:, :T].mean().item()
             final["val_loss_2x_tail"] = nll[:, T:].mean().item()
-    if "per_byte" in exp.extras and not rec["diverged"]:
-        tok = data[0]  # bytes of the held-out text / its tokens
-        rec["bytes_per_token"] = (len(tok.decode_bytes(val_ids.tolist()))
-                                  / len(val_ids))
-        final["bits_per_byte"] = (final["val_loss"] / math.log(2)
-                                  / rec["bytes_per_token"])
-        final["window_bytes"] = mc.block_size * rec["bytes_per_token"]
-        final["below_bigram_bpb"] = (final["below_bigram"] / math.log(2)
-                                     / rec["bytes_per_token"])
+    if "per_byte" in exp.extras and not diverged:
+        # bytes of the held-out text / its tokens
+        bpt = len(tok.decode_bytes(val_ids.tolist())) / len(val_ids)
+        rec["bytes_per_token"] = bpt
+        final["bits_per_byte"] = final["val_loss"] / math.log(2) / bpt
+        final["window_bytes"] = mc.block_size * bpt
+        final["below_bigram_bpb"] = final["below_bigram"] / math.log(2) / bpt
     if "attn_entropy" in exp.extras:
         init = rec["init_attn_entropy"]
         final["attn_entropy_init"] = sum(init) / len(init)
-        if not rec["diverged"]:
+        if not diverged:
             trained = attention_entropy(model, val_ids, cfg.batch_size)
             rec["attn_entropy"] = trained
             final["attn_entropy"] = sum(trained) / len(trained)
     if "init_grads" in exp.extras:
         final["grad_norm_init"] = math.sqrt(sum(
             g * g for g in rec["init_grad_norms"]))
-    rec["final"] = final
-    rec["tokens_per_s"] = rec["tokens"] / rec["wall_s"]
-    rec["wall_s_total"] = time.perf_counter() - t0
-    return rec
-
-
-def run_probe(probe, seed: int) -> dict:
-    """One seed of a Probe, as a record shaped like run_point's. Section
-    "Probes: E10 to E13 through the same runner"."""
-    t0 = time.perf_counter()
-    final = dict(probe.measure(seed, probe.is_smoke))
-    raw = final.pop("raw", {})
-    final.setdefault("diverged", False)
-    return {"experiment": probe.id, "variable": "probe", "value": "-",
-            "stratum": None, "seed": seed, "git_commit": _git_commit(),
-            "smoke": probe.is_smoke, "machine": _machine(), "final": final,
-            **raw, "wall_s_total": time.perf_counter() - t0}
 
 
 def default_results_dir() -> Path:
@@ -604,144 +619,160 @@ _DEEP_MODEL = {"n_embd": 64, "n_head": 4, "block_size": 64}
 # declared sweep (section "E14"); filled in after E14 ran, before E6 ran
 POST_NORM_RUN = {"lr": 3e-3, "warmup_steps": 200}
 
+
+_E4 = Experiment(
+    "E4", "Positional encodings, with the none control",
+    "pos_encoding", ("none", "learned", "sinusoidal",
+                     "sinusoidal-matched", "rope"),
+    prediction=(
+        "At the trained length (64 bytes) every encoding beats none by "
+        "more than 0.02 nats; learned, rope and sinusoidal-matched land "
+        "within 0.05 nats of each other; the unscaled sinusoidal table "
+        "(35 times the token embeddings' size at initialisation) is "
+        "worse than the matched one by more than 0.02 nats. On windows "
+        "of twice the trained length, the loss on the unseen positions "
+        "64-127 rises least for none and rope and most for the "
+        "sinusoidal arms; learned cannot be evaluated there."),
+    falsifier=(
+        "none within 0.02 nats of the best encoding at the trained "
+        "length; or sinusoidal no worse than sinusoidal-matched (a "
+        "paired interval that includes zero); or rope's rise on "
+        "positions 64-127 larger than the matched sinusoidal arm's."),
+    seeds=(0, 1, 2, 3, 4), model=_BYTE_MODEL, run=_BYTE_RUN,
+    extras=("long_context",))
+
+
+_E14 = Experiment(
+    "E14", "Post-norm's learning rate and warm-up, a declared sweep",
+    "warmup_steps", (20, 200),
+    prediction=(
+        "Post-norm's plateau at the unigram loss (seen at depth 2 in an "
+        "uncounted pilot at lr 3e-3 with 20 warm-up steps) is a "
+        "learning-rate and warm-up problem: at depth 4, lr 1e-3 or "
+        "below, or 200 warm-up steps, ends more than 0.1 nats below the "
+        "bigram. The best (lr, warm-up) pair becomes post-norm's recipe "
+        "in E6."),
+    falsifier=(
+        "every (lr, warm-up) pair ends less than 0.1 nats below the "
+        "bigram."),
+    seeds=(0, 1),
+    model={**_DEEP_MODEL, "n_layer": 4, "norm_position": "post"},
+    run=_BYTE_RUN, stratum="lr", strata=(3e-4, 1e-3, 3e-3))
+
+_E6 = Experiment(
+    "E6", "Pre-norm against post-norm across depth",
+    "norm_position", ("pre", "post"),
+    prediction=(
+        "With post-norm on its own recipe (E14), the two placements "
+        "reach held-out losses within 0.05 nats of each other at depths "
+        "2 and 4; post-norm falls behind by more than 0.05 nats (a "
+        "paired interval above 0.05) at depth 8 or 16, and that depth "
+        "is where it starts to fail. Its maximum gradient norm during "
+        "training is higher than pre-norm's at every depth. At "
+        "initialisation (GPT-2's init) the per-block gradient norms of "
+        "the two differ by less than a factor of 2 at every depth."),
+    falsifier=(
+        "post-norm within 0.05 nats of pre-norm at depth 16 (no failure "
+        "depth in range), or worse by more than 0.05 already at depth "
+        "2."),
+    model=_DEEP_MODEL, run=_BYTE_RUN, overrides={"post": POST_NORM_RUN},
+    stratum="n_layer", strata=(2, 4, 8, 16), extras=("init_grads",))
+
+
+_E2 = Experiment(
+    "E2", "Head count at fixed width", "n_head", (1, 2, 4, 8, 16),
+    prediction=(
+        "Loss falls from 1 to 4 heads by more than 0.02 nats, and 16 "
+        "heads, each only 6 dimensions wide, are worse than 4 by more "
+        "than 0.02 nats: somewhere between head widths 24 and 6 a head "
+        "becomes too narrow."),
+    falsifier=(
+        "16 heads within 0.02 nats of 4 heads or better, or 1 head "
+        "within 0.02 nats of the best."),
+    model=_BYTE_MODEL, run=_BYTE_RUN)
+
+_E3 = Experiment(
+    "E3", "Feed-forward expansion ratio", "ffn_mult", (1, 2, 4, 8),
+    prediction=(
+        "Loss falls as the ratio grows, with shrinking returns: 8 "
+        "beats 4 by less than 0.02 nats at this token budget."),
+    falsifier="ratio 1 within 0.02 nats of ratio 4.",
+    # twice the shared budget: at 400 steps ratio 1 ended less than
+    # BIGRAM_MARGIN below the bigram (section "The other ablations")
+    model=_BYTE_MODEL, run={**_BYTE_RUN, "steps": 800,
+                            "eval_interval": 200})
+
+_E5 = Experiment(
+    "E5", "LayerNorm against RMSNorm", "norm", ("layernorm", "rmsnorm"),
+    prediction=(
+        "Held-out losses within 0.02 nats of each other; RMSNorm "
+        "trains at least 3% more tokens per second."),
+    falsifier=(
+        "a paired loss difference whose interval excludes zero and "
+        "exceeds 0.05 nats, or RMSNorm slower."),
+    model=_BYTE_MODEL, run=_BYTE_RUN)
+
+
+_E7 = Experiment(
+    "E7", "Warm-up against none, at two learning rates",
+    "warmup_steps", (0, 50),
+    prediction=(
+        "Warm-up makes no difference at lr 1e-3 (under 0.02 nats) and "
+        "helps by more than 0.05 nats at lr 1e-2."),
+    falsifier="no warm-up better than warm-up at lr 1e-2.",
+    model=_BYTE_MODEL, run={**_BYTE_RUN, "min_lr": 1e-4},
+    stratum="lr", strata=(1e-3, 1e-2))
+
+_E8 = Experiment(
+    "E8", "Weight tying on and off", "tie_weights", (True, False),
+    prediction=(
+        "Untying adds V * D = 257 * 96 = 24,672 parameters and does not "
+        "lower the held-out loss at this budget: tied is as good or "
+        "better."),
+    falsifier=(
+        "untied better by more than 0.02 nats with an interval "
+        "excluding zero."),
+    model=_BYTE_MODEL, run=_BYTE_RUN)
+
+
+_E1 = Experiment(
+    "E1", "The 1/sqrt(d_k) score scale on and off", "attn_scale",
+    (True, False),
+    prediction=(
+        "At GPT-2's initialisation the scores are tiny with or without "
+        "the scale (query and key entries of size about 0.02 sqrt(D)), "
+        "so the attention entropy at initialisation is within 1% of "
+        "the uniform maximum for both, and the total gradient norms at "
+        "initialisation differ by under 10%. After training, the "
+        "unscaled model (scores sqrt(48) = 6.9 times larger) has the "
+        "lower attention entropy and a held-out loss no better than "
+        "the scaled one."),
+    falsifier=(
+        "unscaled better than scaled by more than 0.02 nats with a "
+        "paired interval excluding zero, or initial entropies that "
+        "differ by more than 5%."),
+    model={**_BYTE_MODEL, "n_head": 2}, run=_BYTE_RUN,
+    extras=("attn_entropy", "init_grads"))
+
+_E9 = Experiment(
+    "E9", "Vocabulary size against sequence length, per byte",
+    "vocab_size", (BYTES, 512, 1024, 2048),
+    prediction=(
+        "With the window fixed at 64 tokens and the budget at 819,200 "
+        "tokens, a larger vocabulary puts more bytes in every window "
+        "and every step, and lowers the held-out bits per byte from "
+        "bytes to 1024; at 2048 the 2048 x 96 embedding table has too "
+        "many rows to learn from this budget, and it is no better "
+        "than 1024."),
+    falsifier=(
+        "bits per byte higher at 512 than at bytes (257), or 2048 "
+        "better than 1024 by more than 0.02 bits per byte with a "
+        "paired interval excluding zero."),
+    model=_BYTE_MODEL, run=_BYTE_RUN, extras=("per_byte",))
+
+
 EXPERIMENTS = {e.id: e for e in [
-    Experiment(
-        "E4", "Positional encodings, with the none control",
-        "pos_encoding", ("none", "learned", "sinusoidal",
-                         "sinusoidal-matched", "rope"),
-        prediction=(
-            "At the trained length (64 bytes) every encoding beats none by "
-            "more than 0.02 nats; learned, rope and sinusoidal-matched land "
-            "within 0.05 nats of each other; the unscaled sinusoidal table "
-            "(35 times the token embeddings' size at initialisation) is "
-            "worse than the matched one by more than 0.02 nats. On windows "
-            "of twice the trained length, the loss on the unseen positions "
-            "64-127 rises least for none and rope and most for the "
-            "sinusoidal arms; learned cannot be evaluated there."),
-        falsifier=(
-            "none within 0.02 nats of the best encoding at the trained "
-            "length; or sinusoidal no worse than sinusoidal-matched (a "
-            "paired interval that includes zero); or rope's rise on "
-            "positions 64-127 larger than the matched sinusoidal arm's."),
-        seeds=(0, 1, 2, 3, 4), model=_BYTE_MODEL, run=_BYTE_RUN,
-        extras=("long_context",)),
-    Experiment(
-        "E14", "Post-norm's learning rate and warm-up, a declared sweep",
-        "warmup_steps", (20, 200),
-        prediction=(
-            "Post-norm's plateau at the unigram loss (seen at depth 2 in an "
-            "uncounted pilot at lr 3e-3 with 20 warm-up steps) is a "
-            "learning-rate and warm-up problem: at depth 4, lr 1e-3 or "
-            "below, or 200 warm-up steps, ends more than 0.1 nats below the "
-            "bigram. The best (lr, warm-up) pair becomes post-norm's recipe "
-            "in E6."),
-        falsifier=(
-            "every (lr, warm-up) pair ends less than 0.1 nats below the "
-            "bigram."),
-        seeds=(0, 1),
-        model={**_DEEP_MODEL, "n_layer": 4, "norm_position": "post"},
-        run=_BYTE_RUN, stratum="lr", strata=(3e-4, 1e-3, 3e-3)),
-    Experiment(
-        "E6", "Pre-norm against post-norm across depth",
-        "norm_position", ("pre", "post"),
-        prediction=(
-            "With post-norm on its own recipe (E14), the two placements "
-            "reach held-out losses within 0.05 nats of each other at depths "
-            "2 and 4; post-norm falls behind by more than 0.05 nats (a "
-            "paired interval above 0.05) at depth 8 or 16, and that depth "
-            "is where it starts to fail. Its maximum gradient norm during "
-            "training is higher than pre-norm's at every depth. At "
-            "initialisation (GPT-2's init) the per-block gradient norms of "
-            "the two differ by less than a factor of 2 at every depth."),
-        falsifier=(
-            "post-norm within 0.05 nats of pre-norm at depth 16 (no failure "
-            "depth in range), or worse by more than 0.05 already at depth "
-            "2."),
-        model=_DEEP_MODEL, run=_BYTE_RUN, overrides={"post": POST_NORM_RUN},
-        stratum="n_layer", strata=(2, 4, 8, 16), extras=("init_grads",)),
-    Experiment(
-        "E2", "Head count at fixed width", "n_head", (1, 2, 4, 8, 16),
-        prediction=(
-            "Loss falls from 1 to 4 heads by more than 0.02 nats, and 16 "
-            "heads, each only 6 dimensions wide, are worse than 4 by more "
-            "than 0.02 nats: somewhere between head widths 24 and 6 a head "
-            "becomes too narrow."),
-        falsifier=(
-            "16 heads within 0.02 nats of 4 heads or better, or 1 head "
-            "within 0.02 nats of the best."),
-        model=_BYTE_MODEL, run=_BYTE_RUN),
-    Experiment(
-        "E3", "Feed-forward expansion ratio", "ffn_mult", (1, 2, 4, 8),
-        prediction=(
-            "Loss falls as the ratio grows, with shrinking returns: 8 "
-            "beats 4 by less than 0.02 nats at this token budget."),
-        falsifier="ratio 1 within 0.02 nats of ratio 4.",
-        # twice the shared budget: at 400 steps ratio 1 ended less than
-        # BIGRAM_MARGIN below the bigram (section "The other ablations")
-        model=_BYTE_MODEL, run={**_BYTE_RUN, "steps": 800,
-                                "eval_interval": 200}),
-    Experiment(
-        "E5", "LayerNorm against RMSNorm", "norm", ("layernorm", "rmsnorm"),
-        prediction=(
-            "Held-out losses within 0.02 nats of each other; RMSNorm "
-            "trains at least 3% more tokens per second."),
-        falsifier=(
-            "a paired loss difference whose interval excludes zero and "
-            "exceeds 0.05 nats, or RMSNorm slower."),
-        model=_BYTE_MODEL, run=_BYTE_RUN),
-    Experiment(
-        "E7", "Warm-up against none, at two learning rates",
-        "warmup_steps", (0, 50),
-        prediction=(
-            "Warm-up makes no difference at lr 1e-3 (under 0.02 nats) and "
-            "helps by more than 0.05 nats at lr 1e-2."),
-        falsifier="no warm-up better than warm-up at lr 1e-2.",
-        model=_BYTE_MODEL, run={**_BYTE_RUN, "min_lr": 1e-4},
-        stratum="lr", strata=(1e-3, 1e-2)),
-    Experiment(
-        "E8", "Weight tying on and off", "tie_weights", (True, False),
-        prediction=(
-            "Untying adds V * D = 257 * 96 = 24,672 parameters and does not "
-            "lower the held-out loss at this budget: tied is as good or "
-            "better."),
-        falsifier=(
-            "untied better by more than 0.02 nats with an interval "
-            "excluding zero."),
-        model=_BYTE_MODEL, run=_BYTE_RUN),
-    Experiment(
-        "E1", "The 1/sqrt(d_k) score scale on and off", "attn_scale",
-        (True, False),
-        prediction=(
-            "At GPT-2's initialisation the scores are tiny with or without "
-            "the scale (query and key entries of size about 0.02 sqrt(D)), "
-            "so the attention entropy at initialisation is within 1% of "
-            "the uniform maximum for both, and the total gradient norms at "
-            "initialisation differ by under 10%. After training, the "
-            "unscaled model (scores sqrt(48) = 6.9 times larger) has the "
-            "lower attention entropy and a held-out loss no better than "
-            "the scaled one."),
-        falsifier=(
-            "unscaled better than scaled by more than 0.02 nats with a "
-            "paired interval excluding zero, or initial entropies that "
-            "differ by more than 5%."),
-        model={**_BYTE_MODEL, "n_head": 2}, run=_BYTE_RUN,
-        extras=("attn_entropy", "init_grads")),
-    Experiment(
-        "E9", "Vocabulary size against sequence length, per byte",
-        "vocab_size", (BYTES, 512, 1024, 2048),
-        prediction=(
-            "With the window fixed at 64 tokens and the budget at 819,200 "
-            "tokens, a larger vocabulary puts more bytes in every window "
-            "and every step, and lowers the held-out bits per byte from "
-            "bytes to 1024; at 2048 the 2048 x 96 embedding table has too "
-            "many rows to learn from this budget, and it is no better "
-            "than 1024."),
-        falsifier=(
-            "bits per byte higher at 512 than at bytes (257), or 2048 "
-            "better than 1024 by more than 0.02 bits per byte with a "
-            "paired interval excluding zero."),
-        model=_BYTE_MODEL, run=_BYTE_RUN, extras=("per_byte",)),
-]}
+    _E4, _E14, _E6, _E2, _E3, _E5, _E7, _E8, _E1, _E9]}
 
 _REFS = ("below_bigram", "below_unigram")
 TABLE_METRICS = {
@@ -788,6 +819,19 @@ class Probe:
 
     def smoke(self) -> "Probe":
         return replace(self, seeds=(0, 1), is_smoke=True)
+
+
+def run_probe(probe, seed: int) -> dict:
+    """One seed of a Probe, as a record shaped like run_point's. Section
+    "Probes: E10 to E13 through the same runner"."""
+    t0 = time.perf_counter()
+    final = dict(probe.measure(seed, probe.is_smoke))
+    raw = final.pop("raw", {})
+    final.setdefault("diverged", False)
+    return {"experiment": probe.id, "variable": "probe", "value": "-",
+            "stratum": None, "seed": seed, "git_commit": _git_commit(),
+            "smoke": probe.is_smoke, "machine": _machine(), "final": final,
+            **raw, "wall_s_total": time.perf_counter() - t0}
 
 
 def _tiny_config(smoke: bool, **overrides) -> GPTConfig:

@@ -50,6 +50,17 @@ def _is_number(value) -> bool:
             and math.isfinite(value))
 
 
+def _check_int(name: str, value, low: int, none_ok: bool = False) -> None:
+    """ValueError naming `name` unless `value` is an int >= `low` (or
+    None, where `none_ok`)."""
+    if none_ok and value is None:
+        return
+    if not (_is_int(value) and value >= low):
+        either = "None or " if none_ok else ""
+        raise ValueError(f"{name}: expected {either}an int >= {low}, "
+                         f"got {value!r}")
+
+
 @dataclass
 class TrainConfig:
     """Every setting of a training run, checked at construction.
@@ -84,17 +95,11 @@ class TrainConfig:
                           ("warmup_steps", 0), ("eval_interval", 1),
                           ("eval_batches", 1), ("checkpoint_interval", 0),
                           ("seed", 0)):
-            value = getattr(self, name)
-            if not (_is_int(value) and value >= low):
-                raise ValueError(f"{name}: expected an int >= {low}, "
-                                 f"got {value!r}")
+            _check_int(name, getattr(self, name), low)
         if self.warmup_steps > max(self.steps, 1):
             raise ValueError(f"warmup_steps: expected <= steps = "
                              f"{self.steps}, got {self.warmup_steps}")
-        if self.seq_len is not None and not (_is_int(self.seq_len)
-                                             and self.seq_len >= 1):
-            raise ValueError(f"seq_len: expected None or an int >= 1, "
-                             f"got {self.seq_len!r}")
+        _check_int("seq_len", self.seq_len, 1, none_ok=True)
         for name in ("lr", "min_lr", "weight_decay", "grad_clip"):
             value = getattr(self, name)
             if not (_is_number(value) and value >= 0):
@@ -108,10 +113,7 @@ class TrainConfig:
             if not (_is_number(value) and 0 <= value < 1):
                 raise ValueError(f"{name}: expected a number in [0, 1), "
                                  f"got {value!r}")
-        if self.eval_seed is not None and not (_is_int(self.eval_seed)
-                                               and self.eval_seed >= 0):
-            raise ValueError(f"eval_seed: expected None or an int >= 0, "
-                             f"got {self.eval_seed!r}")
+        _check_int("eval_seed", self.eval_seed, 0, none_ok=True)
         if self.on_nonfinite not in ("skip", "stop"):
             raise ValueError(f"on_nonfinite: expected 'skip' or 'stop', "
                              f"got {self.on_nonfinite!r}")
@@ -133,12 +135,8 @@ def heldout_losses(model: torch.nn.Module, ids: torch.Tensor,
     mode and restored. Defined in chapter "Training", section "Held-out
     evaluation"."""
     from transformer.softmax import cross_entropy
-    if n_batches is not None and not (_is_int(n_batches) and n_batches >= 1):
-        raise ValueError(f"n_batches: expected None or an int >= 1, "
-                         f"got {n_batches!r}")
-    if not (_is_int(batch_size) and batch_size >= 1):
-        raise ValueError(f"batch_size: expected an int >= 1, "
-                         f"got {batch_size!r}")
+    _check_int("n_batches", n_batches, 1, none_ok=True)
+    _check_int("batch_size", batch_size, 1)
     if not (_is_int(block_size) and 1 <= block_size < len(ids)):
         raise ValueError(f"block_size: expected an int in [1, len(ids) = "
                          f"{len(ids)}), got {block_size!r}")
@@ -355,6 +353,164 @@ def model_from_checkpoint(path, device="cpu"):
     return model, tokenizer_from_text(ckpt["tokenizer"]), ckpt
 
 
+def _param_groups(model: torch.nn.Module, weight_decay: float) -> list:
+    """Decay matrices and embeddings (dim >= 2), not biases or norm gains:
+    decay pulls a parameter toward 0, which for a gain means toward
+    switching its feature off (chapter "Optimization", "Weight decay")."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    return [{"params": decay, "weight_decay": weight_decay},
+            {"params": no_decay, "weight_decay": 0.0}]
+
+
+def _global_norm(params) -> torch.Tensor:
+    """The global L2 norm of the gradients, without clipping, eq.
+    (eq-clip)'s G."""
+    grads = [p.grad.detach() for p in params if p.grad is not None]
+    if not grads:
+        return torch.zeros(())  # 0-dim: combines with any device
+    return torch.stack([g.pow(2).sum() for g in grads]).sum().sqrt()
+
+
+class _Run:
+    """The state of one call of `train`: model, optimizer, batch generator,
+    history, step, the step the checkpoint holds, and this call's
+    counters; move 7 of chapter "Training", section "The loop, one move
+    at a time"."""
+
+    def __init__(self, model, cfg: TrainConfig, val_ids, seq_len: int,
+                 checkpoint_path, tokenizer, data):
+        self.model, self.cfg, self.path = model, cfg, checkpoint_path
+        self.val_ids, self.seq_len = val_ids, seq_len
+        self.tokenizer, self.data = tokenizer, data
+        self.device = next(model.parameters()).device
+        self.optimizer = AdamW(_param_groups(model, cfg.weight_decay),
+                               lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
+        self.params = [p for g in self.optimizer.param_groups
+                       for p in g["params"]]
+        torch.manual_seed(cfg.seed)  # dropout, if any
+        self.gen = torch.Generator().manual_seed(cfg.seed)  # batches
+        self.hist = {"train_loss": [], "lr": [], "grad_norm": [],
+                     "val_steps": [], "val_loss": []}
+        self.step, self.resumed_from, self.saved_step = 0, None, None
+        self.tokens, self.train_s, self.skipped = 0, 0.0, 0
+        self.diverged = False
+        self.eval_seed = cfg.seed if cfg.eval_seed is None else cfg.eval_seed
+
+    def save(self) -> None:
+        """Write the whole state to the checkpoint, if there is one."""
+        if self.path is not None:
+            save_checkpoint(self.path, self.model, self.optimizer, self.step,
+                            self.cfg, _rng_state(self.gen), self.hist,
+                            self.tokenizer, self.data)
+            self.saved_step = self.step
+
+    def evaluate(self) -> None:
+        """Append eq. (eq-val-estimate) on the fixed windows, at this step."""
+        self.hist["val_steps"].append(self.step)
+        self.hist["val_loss"].append(evaluate(
+            self.model, self.val_ids, self.seq_len, self.cfg.batch_size,
+            self.cfg.eval_batches, seed=self.eval_seed))
+
+
+def _rng_state(gen: torch.Generator) -> dict:
+    state = {"torch": torch.get_rng_state(), "batches": gen.get_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict, gen: torch.Generator) -> None:
+    torch.set_rng_state(state["torch"])
+    gen.set_state(state["batches"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# fields that may change between a run and its resumption; `steps` may
+# grow, which extends a run (the cosine schedule stretches to the new end)
+RESUMABLE_FIELDS = ("steps", "eval_interval", "eval_batches",
+                    "checkpoint_interval")
+
+
+def _differing(ours: dict, theirs: dict, skip=()) -> list[str]:
+    """The keys whose values differ between two config dicts."""
+    return sorted(k for k in set(ours) | set(theirs)
+                  if k not in skip and ours.get(k) != theirs.get(k))
+
+
+def _check_resume(ckpt: dict, model, cfg: TrainConfig) -> None:
+    ours = dataclasses.asdict(model.config)
+    theirs = ckpt["model_config"]
+    diff = _differing(ours, theirs)
+    if diff:
+        shown = ", ".join(f"{k}: model {ours.get(k)!r} vs checkpoint "
+                          f"{theirs.get(k)!r}" for k in diff)
+        raise ValueError(f"model: config does not match the checkpoint "
+                         f"({shown})")
+    if cfg.steps < ckpt["step"]:
+        raise ValueError(f"steps: expected >= the checkpoint's step "
+                         f"{ckpt['step']}, got {cfg.steps}")
+    ours = dataclasses.asdict(cfg)
+    theirs = ckpt["train_config"] or {}
+    diff = _differing(ours, theirs, RESUMABLE_FIELDS)
+    if diff:
+        shown = ", ".join(f"{k}: {ours.get(k)!r} vs checkpoint "
+                          f"{theirs.get(k)!r}" for k in diff)
+        raise ValueError(f"cfg: differs from the checkpoint's training "
+                         f"config ({shown}); resuming would not continue "
+                         f"the same run")
+
+
+def _restore(run: _Run, path) -> None:
+    """Put the state a checkpoint holds into `run`, after checking that it
+    continues the same run; a tokenizer or data description the caller
+    did not give comes from the file."""
+    ckpt = load_checkpoint(path)
+    _check_resume(ckpt, run.model, run.cfg)
+    run.model.load_state_dict(ckpt["model"])
+    run.optimizer.load_state_dict(ckpt["optimizer"])
+    _set_rng_state(ckpt["rng"], run.gen)
+    run.hist = {k: list(v) for k, v in ckpt["history"].items()}
+    run.step = run.resumed_from = run.saved_step = ckpt["step"]
+    if run.tokenizer is None:
+        run.tokenizer = tokenizer_from_text(ckpt["tokenizer"])
+    if run.data is None:
+        run.data = ckpt["data"]
+
+
+def _train_step(run: _Run, train_ids: torch.Tensor) -> bool:
+    """One step of eq. (eq-train-step) on `run`, recorded in its history;
+    False if the loss or the gradient norm was not finite (the update was
+    then skipped)."""
+    cfg = run.cfg
+    t0 = time.perf_counter()
+    lr = lr_at(run.step, cfg.lr, cfg.warmup_steps, max(cfg.steps, 1),
+               cfg.min_lr)
+    for group in run.optimizer.param_groups:
+        group["lr"] = lr
+    x, y = get_batch(train_ids, cfg.batch_size, run.seq_len,
+                     run.gen)  # (B, T) each
+    _, loss = run.model(x.to(run.device), y.to(run.device))
+    run.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    norm = (clip_grad_norm(run.params, cfg.grad_clip)
+            if cfg.grad_clip > 0 else _global_norm(run.params))
+    finite = bool(torch.isfinite(norm)) and math.isfinite(loss.item())
+    if finite:
+        run.optimizer.step()
+    else:
+        run.skipped += 1
+    run.step += 1
+    run.train_s += time.perf_counter() - t0
+    run.tokens += x.numel()
+    run.hist["train_loss"].append(loss.item())
+    run.hist["lr"].append(lr)
+    run.hist["grad_norm"].append(norm.item())
+    return finite
+
+
 class TrainingInterrupted(KeyboardInterrupt):
     """Raised by `train` after Ctrl-C (SIGINT) or SIGTERM: `step` steps
     are done; the checkpoint file holds step `saved_step` (None: this run
@@ -395,76 +551,94 @@ class _DeferredInterrupt:
         return False
 
 
-def _rng_state(gen: torch.Generator) -> dict:
-    state = {"torch": torch.get_rng_state(), "batches": gen.get_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
+def _run_steps(run: _Run, train_ids: torch.Tensor, progress: bool,
+               callback) -> None:
+    """Steps from run.step to cfg.steps, evaluating after step 0, every
+    eval_interval steps and at the last, checkpointing every
+    checkpoint_interval steps; a non-finite step with on_nonfinite "stop"
+    ends the run, diverged; an interrupt saves the last whole step and
+    raises TrainingInterrupted. Defined in chapter "Training", section
+    "The training loop"."""
+    cfg, bar, at_boundary = run.cfg, None, True
+    interrupt = _DeferredInterrupt()
+    try:
+        with interrupt:
+            if run.step == 0 and not run.hist["val_steps"]:
+                run.evaluate()
+            run.model.train()
+            if progress:
+                from tqdm.auto import tqdm
+                bar = tqdm(total=cfg.steps, initial=run.step, unit="step",
+                           file=sys.stderr, dynamic_ncols=True)
+            while run.step < cfg.steps and not interrupt.requested:
+                at_boundary = False
+                finite = _train_step(run, train_ids)
+                at_boundary = True
+                if not finite and cfg.on_nonfinite == "stop":
+                    run.diverged = True  # no evaluation of a broken model
+                    break
+                if run.step % cfg.eval_interval == 0 or run.step == cfg.steps:
+                    run.evaluate()
+                if (cfg.checkpoint_interval
+                        and run.step % cfg.checkpoint_interval == 0
+                        and run.step < cfg.steps):
+                    run.save()
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{run.hist['train_loss'][-1]:.3f}",
+                                    val=f"{run.hist['val_loss'][-1]:.3f}",
+                                    tok_s=f"{run.tokens / run.train_s:,.0f}")
+                if callback is not None:
+                    callback(run.step, run.hist)
+            if interrupt.requested:
+                raise KeyboardInterrupt
+    except KeyboardInterrupt as err:
+        if at_boundary and run.step > (run.saved_step or 0):
+            run.save()  # a whole step, and one the file does not hold yet
+        signum = interrupt.signum or getattr(err, "signum", None)
+        raise TrainingInterrupted(run.step, run.saved_step,
+                                  signum or signal.SIGINT) from None
+    finally:
+        if bar is not None:
+            bar.close()
 
 
-def _set_rng_state(state: dict, gen: torch.Generator) -> None:
-    torch.set_rng_state(state["torch"])
-    gen.set_state(state["batches"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-# fields that may change between a run and its resumption; `steps` may
-# grow, which extends a run (the cosine schedule stretches to the new end)
-RESUMABLE_FIELDS = ("steps", "eval_interval", "eval_batches",
-                    "checkpoint_interval")
-
-
-def _check_resume(ckpt: dict, model, cfg: TrainConfig) -> None:
-    ours = dataclasses.asdict(model.config)
-    theirs = ckpt["model_config"]
-    diff = sorted(k for k in set(ours) | set(theirs)
-                  if ours.get(k) != theirs.get(k))
-    if diff:
-        shown = ", ".join(f"{k}: model {ours.get(k)!r} vs checkpoint "
-                          f"{theirs.get(k)!r}" for k in diff)
-        raise ValueError(f"model: config does not match the checkpoint "
-                         f"({shown})")
-    if cfg.steps < ckpt["step"]:
-        raise ValueError(f"steps: expected >= the checkpoint's step "
-                         f"{ckpt['step']}, got {cfg.steps}")
-    ours = dataclasses.asdict(cfg)
-    theirs = ckpt["train_config"] or {}
-    diff = sorted(k for k in set(ours) | set(theirs)
-                  if k not in RESUMABLE_FIELDS
-                  and ours.get(k) != theirs.get(k))
-    if diff:
-        shown = ", ".join(f"{k}: {ours.get(k)!r} vs checkpoint "
-                          f"{theirs.get(k)!r}" for k in diff)
-        raise ValueError(f"cfg: differs from the checkpoint's training "
-                         f"config ({shown}); resuming would not continue "
-                         f"the same run")
-
-
-def _param_groups(model: torch.nn.Module, weight_decay: float) -> list:
-    """Decay matrices and embeddings (dim >= 2), not biases or norm gains:
-    decay pulls a parameter toward 0, which for a gain means toward
-    switching its feature off (chapter "Optimization", "Weight decay")."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    decay = [p for p in params if p.dim() >= 2]
-    no_decay = [p for p in params if p.dim() < 2]
-    return [{"params": decay, "weight_decay": weight_decay},
-            {"params": no_decay, "weight_decay": 0.0}]
-
-
-def _global_norm(params) -> torch.Tensor:
-    """The global L2 norm of the gradients, without clipping."""
-    grads = [p.grad.detach() for p in params if p.grad is not None]
-    if not grads:
-        return torch.zeros(())  # 0-dim: combines with any device
-    return torch.stack([g.pow(2).sum() for g in grads]).sum().sqrt()
+def _check_train_args(model, train_ids, val_ids, cfg, checkpoint_path,
+                      resume) -> int:
+    """ValueError naming the argument at fault; else the window length."""
+    for name, value, kind, what in (
+            ("model", model, torch.nn.Module, "torch.nn.Module"),
+            ("cfg", cfg, TrainConfig, "TrainConfig")):
+        if not isinstance(value, kind):
+            raise ValueError(f"{name}: expected a {what}, "
+                             f"got {type(value).__name__}")
+    for name, ids in (("train_ids", train_ids), ("val_ids", val_ids)):
+        if not (isinstance(ids, torch.Tensor) and ids.dtype == torch.int64
+                and ids.dim() == 1):
+            raise ValueError(f"{name}: expected a 1-D int64 tensor")
+    max_len = getattr(getattr(model, "config", None), "block_size", None)
+    seq_len = cfg.seq_len if cfg.seq_len is not None else max_len
+    if seq_len is None:
+        raise ValueError("cfg: seq_len is required for a model without a "
+                         "config.block_size")
+    if max_len is not None and seq_len > max_len:
+        raise ValueError(f"seq_len: expected <= the model's block_size = "
+                         f"{max_len}, got {seq_len}")
+    for name, ids in (("train_ids", train_ids), ("val_ids", val_ids)):
+        if len(ids) <= seq_len:
+            raise ValueError(f"{name}: expected more than seq_len = "
+                             f"{seq_len} tokens, got {len(ids)}")
+    if resume and checkpoint_path is None:
+        raise ValueError("resume: needs a checkpoint_path")
+    return seq_len
 
 
 def train(model: torch.nn.Module, train_ids: torch.Tensor,
           val_ids: torch.Tensor, cfg: TrainConfig, checkpoint_path=None,
           resume: bool = False, progress: bool = False, tokenizer=None,
           callback=None, data: dict | None = None) -> dict:
-    """Train `model` in place with AdamW, warmup + cosine and clipping.
+    """Train `model` in place with AdamW, warmup + cosine and clipping,
+    eq. (eq-train-step).
 
     Step s (0-based) draws a batch of random windows from `train_ids` with
     a generator seeded by cfg.seed, sets the learning rate to
@@ -494,142 +668,21 @@ def train(model: torch.nn.Module, train_ids: torch.Tensor,
     on_nonfinite "stop"). Defined in chapter "Training", section "The
     training loop"."""
     t_wall, t_cpu = time.perf_counter(), time.process_time()
-    if not isinstance(model, torch.nn.Module):
-        raise ValueError(f"model: expected a torch.nn.Module, "
-                         f"got {type(model).__name__}")
-    if not isinstance(cfg, TrainConfig):
-        raise ValueError(f"cfg: expected a TrainConfig, "
-                         f"got {type(cfg).__name__}")
-    for name, ids in (("train_ids", train_ids), ("val_ids", val_ids)):
-        if not (isinstance(ids, torch.Tensor) and ids.dtype == torch.int64
-                and ids.dim() == 1):
-            raise ValueError(f"{name}: expected a 1-D int64 tensor")
-    max_len = getattr(getattr(model, "config", None), "block_size", None)
-    seq_len = cfg.seq_len if cfg.seq_len is not None else max_len
-    if seq_len is None:
-        raise ValueError("cfg: seq_len is required for a model without a "
-                         "config.block_size")
-    if max_len is not None and seq_len > max_len:
-        raise ValueError(f"seq_len: expected <= the model's block_size = "
-                         f"{max_len}, got {seq_len}")
-    for name, ids in (("train_ids", train_ids), ("val_ids", val_ids)):
-        if len(ids) <= seq_len:
-            raise ValueError(f"{name}: expected more than seq_len = "
-                             f"{seq_len} tokens, got {len(ids)}")
-    if resume and checkpoint_path is None:
-        raise ValueError("resume: needs a checkpoint_path")
-
-    device = next(model.parameters()).device
-    optimizer = AdamW(_param_groups(model, cfg.weight_decay), lr=cfg.lr,
-                      betas=(cfg.beta1, cfg.beta2))
-    params = [p for g in optimizer.param_groups for p in g["params"]]
-    torch.manual_seed(cfg.seed)  # dropout, if any
-    gen = torch.Generator().manual_seed(cfg.seed)  # batches
-    hist = {"train_loss": [], "lr": [], "grad_norm": [], "val_steps": [],
-            "val_loss": []}
-    step, resumed_from, saved_step = 0, None, None
+    seq_len = _check_train_args(model, train_ids, val_ids, cfg,
+                                checkpoint_path, resume)
+    run = _Run(model, cfg, val_ids, seq_len, checkpoint_path, tokenizer,
+               data)
     if resume and Path(checkpoint_path).is_file():
-        ckpt = load_checkpoint(checkpoint_path)
-        _check_resume(ckpt, model, cfg)
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        _set_rng_state(ckpt["rng"], gen)
-        hist = {k: list(v) for k, v in ckpt["history"].items()}
-        step = resumed_from = saved_step = ckpt["step"]
-        if tokenizer is None:
-            tokenizer = tokenizer_from_text(ckpt["tokenizer"])
-        if data is None:
-            data = ckpt["data"]
-
-    def save():
-        nonlocal saved_step
-        if checkpoint_path is not None:
-            save_checkpoint(checkpoint_path, model, optimizer, step, cfg,
-                            _rng_state(gen), hist, tokenizer, data)
-            saved_step = step
-
-    eval_seed = cfg.seed if cfg.eval_seed is None else cfg.eval_seed
-
-    def evaluate_now():
-        hist["val_steps"].append(step)
-        hist["val_loss"].append(evaluate(model, val_ids, seq_len,
-                                         cfg.batch_size, cfg.eval_batches,
-                                         seed=eval_seed))
-
-    tokens, train_s, skipped, diverged = 0, 0.0, 0, False
-    bar = None
-    at_boundary = True
-    interrupt = _DeferredInterrupt()
-    try:
-        with interrupt:
-            if step == 0 and not hist["val_steps"]:
-                evaluate_now()
-            model.train()
-            if progress:
-                from tqdm.auto import tqdm
-                bar = tqdm(total=cfg.steps, initial=step, unit="step",
-                           file=sys.stderr, dynamic_ncols=True)
-            while step < cfg.steps and not interrupt.requested:
-                at_boundary = False
-                t0 = time.perf_counter()
-                lr = lr_at(step, cfg.lr, cfg.warmup_steps,
-                           max(cfg.steps, 1), cfg.min_lr)
-                for group in optimizer.param_groups:
-                    group["lr"] = lr
-                x, y = get_batch(train_ids, cfg.batch_size, seq_len,
-                                 gen)  # (B, T) each
-                _, loss = model(x.to(device), y.to(device))
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                norm = (clip_grad_norm(params, cfg.grad_clip)
-                        if cfg.grad_clip > 0 else _global_norm(params))
-                finite = bool(torch.isfinite(norm)) and math.isfinite(
-                    loss.item())
-                if finite:
-                    optimizer.step()
-                else:
-                    skipped += 1
-                step += 1
-                train_s += time.perf_counter() - t0
-                tokens += x.numel()
-                hist["train_loss"].append(loss.item())
-                hist["lr"].append(lr)
-                hist["grad_norm"].append(norm.item())
-                at_boundary = True
-                if not finite and cfg.on_nonfinite == "stop":
-                    diverged = True  # no evaluation of a broken model
-                    break
-                if step % cfg.eval_interval == 0 or step == cfg.steps:
-                    evaluate_now()
-                if (cfg.checkpoint_interval
-                        and step % cfg.checkpoint_interval == 0
-                        and step < cfg.steps):
-                    save()
-                if bar is not None:
-                    bar.update(1)
-                    bar.set_postfix(loss=f"{hist['train_loss'][-1]:.3f}",
-                                    val=f"{hist['val_loss'][-1]:.3f}",
-                                    tok_s=f"{tokens / train_s:,.0f}")
-                if callback is not None:
-                    callback(step, hist)
-            if interrupt.requested:
-                raise KeyboardInterrupt
-    except KeyboardInterrupt as err:
-        if at_boundary and step > (saved_step or 0):
-            save()  # a whole step, and one the file does not hold yet
-        signum = interrupt.signum or getattr(err, "signum", None)
-        raise TrainingInterrupted(step, saved_step,
-                                  signum or signal.SIGINT) from None
-    finally:
-        if bar is not None:
-            bar.close()
-    save()
-    hist.update(steps=step, tokens=tokens, train_s=train_s,
-                tokens_per_s=tokens / train_s if train_s else 0.0,
+        _restore(run, checkpoint_path)
+    _run_steps(run, train_ids, progress, callback)
+    run.save()
+    hist = run.hist
+    hist.update(steps=run.step, tokens=run.tokens, train_s=run.train_s,
+                tokens_per_s=run.tokens / run.train_s if run.train_s else 0.0,
                 wall_s=time.perf_counter() - t_wall,
                 cpu_s=time.process_time() - t_cpu,
-                resumed_from=resumed_from, skipped_steps=skipped,
-                diverged=diverged)
+                resumed_from=run.resumed_from, skipped_steps=run.skipped,
+                diverged=run.diverged)
     return hist
 
 
