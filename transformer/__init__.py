@@ -158,6 +158,7 @@ _WHERE = {  # public name -> module defining it
     "environment": "bench",
     "format_latency": "bench",
     "write_json": "bench",
+    "read_bandwidth": "bench",
 }
 
 import importlib as _importlib
