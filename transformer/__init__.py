@@ -86,6 +86,8 @@ _WHERE = {  # public name -> module defining it
     "make_caches": "kv_cache",
     "decode_stream": "kv_cache",
     "generate": "kv_cache",
+    "decode_bytes": "kv_cache",
+    "decode_floor": "kv_cache",
     "as_values": "stats",
     "mean_sd": "stats",
     "check_level": "stats",
