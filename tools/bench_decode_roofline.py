@@ -13,8 +13,8 @@ floor of every point uses the whole run's samples of the fastest reader.
 A torch.profiler table of one GPT-2 small decode step per model says where
 the time above the floor goes.
 
-Writes results/kv_cache/decode_roofline.json. Run time about 6 minutes on a
-quiet 2-core machine (more under load); --quick (a few seconds, written
+Writes results/kv_cache/decode_roofline.json. Run time about 4 minutes on a
+busy 2-core machine; --quick (a few seconds, written
 under results/tmp/) for a smoke test.
 
 Usage: .venv/bin/python tools/bench_decode_roofline.py [--quick] [--out PATH]
@@ -53,7 +53,7 @@ SHAPES = {
 }
 POSITIONS = (64, 256, 1024)
 STEPS = 32  # decode steps timed per model per round and position
-ROUNDS = {"tiny": 4, "d256": 3, "d512": 3, "gpt2_small": 3}
+ROUNDS = {"tiny": 6, "d256": 4, "d512": 4, "gpt2_small": 5}
 BW_BYTES = 2 ** 29
 
 
@@ -64,8 +64,9 @@ def bandwidth(t_start, nbytes, repeat):
 
 
 def profile_step(ours, hf, prompt, steps):
-    """Self CPU time by operator of `steps` decode steps per model, after
-    a prompt; both tables per step (ms) and call counts per step."""
+    """Self CPU time by operator of `steps` decode steps per model after a
+    prompt, profiled one step at a time, alternating the two models so
+    both see the same load; per step: ms and calls."""
     from torch.profiler import ProfilerActivity, profile
 
     caches = make_caches(ours, 1, prompt.shape[1] + steps + 1)
@@ -77,23 +78,30 @@ def profile_step(ours, hf, prompt, steps):
     ours(na, start_pos=pos, caches=caches)  # one untimed step each
     out = hf(input_ids=nb, past_key_values=past, use_cache=True)
     past, pos = out.past_key_values, pos + 1
-    tables = {}
-    for who in ("ours", "hf"):
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            for i in range(steps):
+    acc = {"ours": {}, "hf": {}}
+    for i in range(steps):
+        for who in (("ours", "hf") if i % 2 == 0 else ("hf", "ours")):
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
                 if who == "ours":
                     ours(na, start_pos=pos + i, caches=caches)
                 else:
                     out = hf(input_ids=nb, past_key_values=past,
                              use_cache=True)
-                    past = out.past_key_values
-        ops = [{"op": e.key, "calls": e.count / steps,
-                "self_ms": e.self_cpu_time_total / 1e3 / steps}
-               for e in prof.key_averages()]
-        ops.sort(key=lambda o: -o["self_ms"])
+            if who == "hf":
+                past = out.past_key_values
+            for e in prof.key_averages():
+                ms, n = acc[who].get(e.key, (0.0, 0))
+                acc[who][e.key] = (ms + e.self_cpu_time_total / 1e3, n
+                                   + e.count)
+    tables = {}
+    for who, ops in acc.items():
+        rows = [{"op": k, "calls": n / steps, "self_ms": ms / steps}
+                for k, (ms, n) in ops.items()]
+        rows.sort(key=lambda o: -o["self_ms"])
         tables[who] = {"steps": steps, "position": pos,
-                       "self_ms_total": sum(o["self_ms"] for o in ops),
-                       "ops": ops}
+                       "order": "one step per profile, alternating",
+                       "self_ms_total": sum(o["self_ms"] for o in rows),
+                       "ops": rows}
     return tables
 
 
@@ -111,11 +119,11 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     steps, rounds, positions = STEPS, ROUNDS, POSITIONS
-    bw_bytes, bw_repeat, prof_steps = BW_BYTES, 3, 3
+    bw_bytes, bw_repeat, prof_steps = BW_BYTES, 3, 8
     if args.quick:
         steps, positions = 4, (64,)
         rounds = {k: 1 for k in ROUNDS}
-        bw_bytes, bw_repeat, prof_steps = 2 ** 24, 1, 1
+        bw_bytes, bw_repeat, prof_steps = 2 ** 24, 1, 2
     out_path = Path(args.out) if args.out else (
         QUICK_OUT if args.quick else OUT)
     t_start = time.perf_counter()
