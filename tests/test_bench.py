@@ -9,8 +9,8 @@ import torch
 
 from transformer.bench import (benchmark, compare, environment,
                                format_latency, latency_summary, median_ci,
-                               quantile, ratio_of_medians_ci, time_calls,
-                               write_json)
+                               quantile, ratio_of_medians_ci,
+                               read_bandwidth, time_calls, write_json)
 
 
 @pytest.mark.parametrize("n", [2, 5, 30, 101])
@@ -143,6 +143,8 @@ def test_environment_keys():
     (lambda: compare(lambda: None, None), "fn_b"),
     (lambda: write_json({}, "out.txt"), "path"),
     (lambda: format_latency(latency_summary([1.0]), unit="h"), "unit"),
+    (lambda: read_bandwidth(nbytes=5000), "nbytes"),
+    (lambda: read_bandwidth(nbytes=4096, repeat=0), "repeat"),
 ])
 def test_bad_input(call, arg):
     with pytest.raises(ValueError, match=arg):
@@ -176,3 +178,25 @@ def test_ratio_of_medians_unpaired_takes_samples_of_two_lengths():
     assert lo <= ratio <= hi and abs(ratio - 2) < 0.05 and hi - lo < 0.2
     with pytest.raises(ValueError, match="samples_b"):
         ratio_of_medians_ci(a, b)  # paired needs equal lengths
+
+
+def test_read_bandwidth_arithmetic_and_order():
+    """Each sample is bytes / seconds / 1e9; the readers alternate which
+    goes first (sum, gemv, gemv, sum); the fastest median is reported.
+    A fake clock makes the four timed reads take 1, 2, 4 and 8 s."""
+    ticks = iter([0, 1, 10, 12, 20, 24, 30, 38])  # start, end per read
+    n = 2 ** 16
+    bw = read_bandwidth(nbytes=n, repeat=2, clock=lambda: next(ticks))
+    assert bw["samples"]["sum"] == [n / 1 / 1e9, n / 8 / 1e9]
+    assert bw["samples"]["gemv"] == [n / 2 / 1e9, n / 4 / 1e9]
+    assert bw["median"]["sum"] == pytest.approx(n * 9 / 16 / 1e9,
+                                                rel=1e-12)
+    assert bw["reader"] == "sum" and bw["GB_s"] == bw["median"]["sum"]
+    assert bw["max"]["gemv"] == n / 2 / 1e9
+    before = torch.get_num_threads()
+    real = read_bandwidth(nbytes=2 ** 20, repeat=3)  # a real 1 MiB read
+    for name in ("sum", "gemv"):
+        assert len(real["samples"][name]) == 3
+        assert all(math.isfinite(x) and x > 0
+                   for x in real["samples"][name])
+    assert torch.get_num_threads() == before and real["threads"] == 1

@@ -8,7 +8,8 @@ import torch
 import oracles  # tools/, on sys.path via the root conftest.py
 
 from transformer.cost_model import kv_cache_bytes
-from transformer.kv_cache import KVCache, generate, make_caches
+from transformer.kv_cache import (KVCache, decode_bytes, decode_floor,
+                                  generate, make_caches)
 from transformer.model import GPT, GPTConfig
 
 ENCODINGS = ("learned", "sinusoidal", "rope", "none")
@@ -98,6 +99,72 @@ def test_cache_bytes_equal_derived_formula(B, T):
     half = make_caches(model.to(torch.float64), B, T)
     assert sum(c.nbytes for c in half) == kv_cache_bytes(
         T, B, model.config, bytes_per=8)
+
+
+def _touched_bytes(model):
+    """Bytes of the parameter tensors a decode step reads, counted from
+    the tensors: all of them (a tied table once), but one row of the
+    position table and, when the output layer has its own matrix, one
+    row of the input token table."""
+    total = 0
+    untied = model.lm_head.weight is not model.wte.weight
+    for name, p in model.named_parameters():
+        one_row = name == "wpe.weight" or (name == "wte.weight" and untied)
+        used = p[:1] if one_row else p  # (1, D) or the whole tensor
+        total += used.numel() * used.element_size()
+    return total
+
+
+@pytest.mark.parametrize("kw", [
+    dict(),  # GPT-2's layout: learned positions, tied
+    dict(pos_encoding="rope", tie_weights=False),
+    dict(norm_position="post", norm="rmsnorm", bias=False),
+    dict(pos_encoding="sinusoidal", dtype=torch.float64),
+])
+@pytest.mark.parametrize("B,S", [(1, 1), (1, 23), (3, 40)])
+def test_decode_bytes_equal_counted_tensors(kw, B, S):
+    """eq. (eq-decode-floor) against the tensors: the parameters a step
+    touches plus the caches PyTorch allocated after decoding S positions
+    (a prefill of S - 1, then one step)."""
+    kw = dict(kw)
+    dtype = kw.pop("dtype", torch.float32)
+    model = tiny(**kw).to(dtype)
+    caches = make_caches(model, B, S)
+    idx = torch.randint(0, 61, (B, S),
+                        generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        if S > 1:
+            model(idx[:, :S - 1], caches=caches)
+        model(idx[:, S - 1:], start_pos=S - 1, caches=caches)
+    assert all(c.length == S for c in caches)
+    b = torch.finfo(dtype).bits // 8
+    got = decode_bytes(model.config, S, B, bytes_per=b)
+    assert got["weights"] == _touched_bytes(model)
+    assert got["cache"] == sum(c.nbytes for c in caches)
+    assert got["total"] == got["weights"] + got["cache"]
+    assert decode_floor(model.config, S, 2.5e9, B, b) == pytest.approx(
+        got["total"] / 2.5e9, rel=1e-12)
+
+
+def test_decode_bytes_gpt2_small_by_hand():
+    """The chapter's worked example, and the weights equal the
+    Hugging Face model's parameters less the unread position rows."""
+    cfg = GPTConfig(vocab_size=50257, block_size=1024, n_layer=12,
+                    n_head=12, n_embd=768)
+    got = decode_bytes(cfg, 1024)
+    assert got["weights"] == 4 * (124_439_808 - 1023 * 768)
+    assert got["cache"] == 2 * 12 * 1024 * 768 * 4
+
+
+def test_decode_bytes_rejects_bad_arguments():
+    cfg = tiny().config
+    for call, name in ((lambda: decode_bytes(cfg, 0), "S"),
+                       (lambda: decode_bytes(cfg, 2.0), "S"),
+                       (lambda: decode_bytes({"n_embd": 8}, 3), "config"),
+                       (lambda: decode_floor(cfg, 3, 0.0), "bandwidth"),
+                       (lambda: decode_floor(cfg, 3, "1e9"), "bandwidth")):
+        with pytest.raises(ValueError, match=name):
+            call()
 
 
 def test_matches_hugging_face_gpt2_with_its_cache():

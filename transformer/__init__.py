@@ -87,6 +87,8 @@ _WHERE = {  # public name -> module defining it
     "make_caches": "kv_cache",
     "decode_stream": "kv_cache",
     "generate": "kv_cache",
+    "decode_bytes": "kv_cache",
+    "decode_floor": "kv_cache",
     "as_values": "stats",
     "mean_sd": "stats",
     "check_level": "stats",
@@ -159,6 +161,7 @@ _WHERE = {  # public name -> module defining it
     "environment": "bench",
     "format_latency": "bench",
     "write_json": "bench",
+    "read_bandwidth": "bench",
 }
 
 import importlib as _importlib

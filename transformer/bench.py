@@ -15,6 +15,7 @@ __all__ = [
     "environment",
     "format_latency",
     "write_json",
+    "read_bandwidth",
 ]
 
 
@@ -316,3 +317,44 @@ def write_json(record: dict, path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1) + "\n")
     return path
+
+
+def read_bandwidth(nbytes: int = 2 ** 29, repeat: int = 5,
+                   threads: int | None = 1,
+                   clock: Callable[[], float] = time.perf_counter) -> dict:
+    """Main-memory read bandwidth in GB/s (1e9 bytes per second): a
+    float32 buffer of `nbytes` (make it several times the last-level
+    cache) is read `repeat` times by each of two readers, interleaved
+    (alternating which goes first), after one untimed read each: "sum"
+    (torch.sum) and "gemv" (ones (1, 1024) times the buffer viewed as a
+    (1024, n / 1024) matrix). Returns the samples per reader, their
+    medians and maxima, and "reader" and "GB_s": the reader with the
+    higher median, and that median.
+
+    Appendix "Measuring honestly", section "Read bandwidth"."""
+    if isinstance(nbytes, bool) or not isinstance(nbytes, int) \
+            or nbytes < 4096 or nbytes % 4096:
+        raise ValueError(f"nbytes: expected an int >= 4096 and a multiple "
+                         f"of 4096, got {nbytes!r}")
+    _check_counts(0, repeat, 1)
+    buf = torch.ones(nbytes // 4)  # (n,) float32, every page touched
+    mat = buf.view(1024, -1)  # (1024, n / 1024), a view
+    row = torch.ones(1, 1024)  # (1, 1024)
+    readers = {"sum": lambda: buf.sum(), "gemv": lambda: row @ mat}
+    samples = {name: [] for name in readers}
+    with _Threads(threads), _NoGC():
+        for fn in readers.values():
+            fn()  # untimed
+        for i in range(repeat):
+            order = list(readers) if i % 2 == 0 else list(readers)[::-1]
+            for name in order:
+                seconds = _timed(readers[name], 1, clock)
+                samples[name].append(nbytes / seconds / 1e9)
+    median = {k: quantile(v, 0.5) for k, v in samples.items()}
+    best = max(median, key=median.get)
+    return {"nbytes": nbytes, "repeat": repeat, "unit": "GB/s",
+            "threads": threads, "samples": samples, "median": median,
+            "max": {k: max(v) for k, v in samples.items()},
+            "reader": best, "GB_s": median[best],
+            "loadavg": list(os.getloadavg()) if hasattr(os, "getloadavg")
+            else None}

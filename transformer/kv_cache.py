@@ -7,6 +7,8 @@ __all__ = [
     "make_caches",
     "decode_stream",
     "generate",
+    "decode_bytes",
+    "decode_floor",
 ]
 
 
@@ -173,3 +175,43 @@ def generate(model, idx: torch.Tensor, max_new_tokens: int,
             use_cache, generator), start=T0):
         out[:, t] = nxt  # (B,)
     return out
+
+
+from transformer.cost_model import kv_cache_bytes
+from transformer.model import GPTConfig, gpt_param_count
+
+
+def decode_bytes(config: GPTConfig, S: int, B: int = 1,
+                 bytes_per: int = 4) -> dict[str, int]:
+    """Bytes one decode step must read at S key positions (this token's
+    included): "weights" (every parameter once, one row of a learned
+    position table, one row of an untied token table), "cache" (keys and
+    values of S positions, all layers) and "total". Implements eq.
+    (eq-decode-floor), chapter "The KV cache", section "The decode
+    roofline", move 7."""
+    if not isinstance(config, GPTConfig):
+        raise ValueError(f"config: expected a GPTConfig, "
+                         f"got {type(config).__name__}")
+    if isinstance(S, bool) or not isinstance(S, int) or S < 1:
+        raise ValueError(f"S: expected an int >= 1, got {S!r}")
+    D = config.n_embd
+    unread = (config.block_size - 1) * D \
+        if config.pos_encoding == "learned" else 0  # other position rows
+    if not config.tie_weights:
+        unread += (config.vocab_size - 1) * D  # input table: one row used
+    weights = (gpt_param_count(config) - unread) * bytes_per
+    cache = kv_cache_bytes(S, B, config, bytes_per=bytes_per)
+    return {"weights": weights, "cache": cache, "total": weights + cache}
+
+
+def decode_floor(config: GPTConfig, S: int, bandwidth: float, B: int = 1,
+                 bytes_per: int = 4) -> float:
+    """Seconds per decode step below which no implementation can go when
+    memory delivers `bandwidth` bytes per second: decode_bytes(...)
+    ["total"] / bandwidth, eq. (eq-decode-floor). Chapter "The KV cache",
+    section "The decode roofline", move 7."""
+    if isinstance(bandwidth, bool) or not isinstance(
+            bandwidth, (int, float)) or not bandwidth > 0:
+        raise ValueError(f"bandwidth: expected bytes per second > 0, "
+                         f"got {bandwidth!r}")
+    return decode_bytes(config, S, B, bytes_per)["total"] / bandwidth

@@ -1,0 +1,211 @@
+"""The decode roofline: time per token against the memory floor of eq.
+(eq-decode-floor), ours against Hugging Face GPT2LMHeadModel, on one thread.
+
+For each shape (width 128 to GPT-2 small) and each context position S, both
+models (same random weights, GPT.from_hf_gpt2) decode greedily in lockstep
+(tools/bench_kv_cache.py's `lockstep`: one step of ours, one of Hugging
+Face's, alternating which goes first), so every pair of steps sees the same
+load. A point at position S times the steps whose key positions run from
+S - n + 1 to S. The read bandwidth (transformer.bench.read_bandwidth,
+512 MiB, far beyond the last-level cache) is measured at the start, after
+every round and at the end, in the same process and thread count, and the
+floor of every point uses the whole run's samples of the fastest reader.
+A torch.profiler table of one GPT-2 small decode step per model says where
+the time above the floor goes.
+
+Writes results/kv_cache/decode_roofline.json. Run time about 4 minutes on a
+busy 2-core machine; --quick (a few seconds, written
+under results/tmp/) for a smoke test.
+
+Usage: .venv/bin/python tools/bench_decode_roofline.py [--quick] [--out PATH]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+import oracles  # noqa: E402  (tools/, this script's folder)
+from bench_kv_cache import lockstep  # noqa: E402  (the one lockstep loop)
+from transformer.bench import (environment, latency_summary,  # noqa: E402
+                               quantile, ratio_of_medians_ci,
+                               read_bandwidth, write_json)
+from transformer.kv_cache import decode_bytes, make_caches  # noqa: E402
+from transformer.model import GPT, GPTConfig  # noqa: E402
+
+OUT = ROOT / "results" / "kv_cache" / "decode_roofline.json"
+QUICK_OUT = ROOT / "results" / "tmp" / "decode_roofline-quick.json"
+BLOCK = 1024
+# GPT-2-like shapes from the book's tiny width to GPT-2 small; the wider
+# ones carry GPT-2's vocabulary, so their weights outgrow the caches
+SHAPES = {
+    "tiny": dict(vocab_size=1024, n_layer=4, n_head=4, n_embd=128),
+    "d256": dict(vocab_size=50257, n_layer=4, n_head=4, n_embd=256),
+    "d512": dict(vocab_size=50257, n_layer=8, n_head=8, n_embd=512),
+    "gpt2_small": dict(vocab_size=50257, n_layer=12, n_head=12,
+                       n_embd=768),
+}
+POSITIONS = (64, 256, 1024)
+STEPS = 32  # decode steps timed per model per round and position
+ROUNDS = {"tiny": 6, "d256": 4, "d512": 4, "gpt2_small": 5}
+BW_BYTES = 2 ** 29
+
+
+def bandwidth(t_start, nbytes, repeat):
+    rec = read_bandwidth(nbytes=nbytes, repeat=repeat, threads=1)
+    rec["at_s"] = time.perf_counter() - t_start
+    return rec
+
+
+def profile_step(ours, hf, prompt, steps):
+    """Self CPU time by operator of `steps` decode steps per model after a
+    prompt, profiled one step at a time, alternating the two models so
+    both see the same load; per step: ms and calls."""
+    from torch.profiler import ProfilerActivity, profile
+
+    caches = make_caches(ours, 1, prompt.shape[1] + steps + 1)
+    a, _ = ours(prompt, caches=caches)  # (1, T0, V)
+    out = hf(input_ids=prompt, use_cache=True)
+    na = a[:, -1].argmax(-1, keepdim=True)  # (1, 1)
+    nb = out.logits[:, -1].argmax(-1, keepdim=True)  # (1, 1)
+    past, pos = out.past_key_values, prompt.shape[1]
+    ours(na, start_pos=pos, caches=caches)  # one untimed step each
+    out = hf(input_ids=nb, past_key_values=past, use_cache=True)
+    past, pos = out.past_key_values, pos + 1
+    acc = {"ours": {}, "hf": {}}
+    for i in range(steps):
+        for who in (("ours", "hf") if i % 2 == 0 else ("hf", "ours")):
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                if who == "ours":
+                    ours(na, start_pos=pos + i, caches=caches)
+                else:
+                    out = hf(input_ids=nb, past_key_values=past,
+                             use_cache=True)
+            if who == "hf":
+                past = out.past_key_values
+            for e in prof.key_averages():
+                ms, n = acc[who].get(e.key, (0.0, 0))
+                acc[who][e.key] = (ms + e.self_cpu_time_total / 1e3, n
+                                   + e.count)
+    tables = {}
+    for who, ops in acc.items():
+        rows = [{"op": k, "calls": n / steps, "self_ms": ms / steps}
+                for k, (ms, n) in ops.items()]
+        rows.sort(key=lambda o: -o["self_ms"])
+        tables[who] = {"steps": steps, "position": pos,
+                       "order": "one step per profile, alternating",
+                       "self_ms_total": sum(o["self_ms"] for o in rows),
+                       "ops": rows}
+    return tables
+
+
+def floor_ratio(steps, nbytes, bw_samples):
+    """p50(step time) / floor, with a bootstrap interval that resamples
+    the steps and the bandwidth samples independently."""
+    floors = [nbytes / (g * 1e9) for g in bw_samples]
+    return list(ratio_of_medians_ci(steps, floors, paired=False))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    steps, rounds, positions = STEPS, ROUNDS, POSITIONS
+    bw_bytes, bw_repeat, prof_steps = BW_BYTES, 3, 8
+    if args.quick:
+        steps, positions = 4, (64,)
+        rounds = {k: 1 for k in ROUNDS}
+        bw_bytes, bw_repeat, prof_steps = 2 ** 24, 1, 2
+    out_path = Path(args.out) if args.out else (
+        QUICK_OUT if args.quick else OUT)
+    t_start = time.perf_counter()
+    record = {"threads": 1, "block_size": BLOCK, "steps_per_round": steps,
+              "positions": list(positions), "hf_attn": "sdpa",
+              "order": "lockstep: alternating single decode steps",
+              "floor": "eq-decode-floor at the point's middle position, "
+                       "fastest reader's bandwidth samples of the run",
+              "environment": environment(), "bandwidth": [], "points": []}
+    record["bandwidth"].append(bandwidth(t_start, bw_bytes, bw_repeat))
+    for name, shape in SHAPES.items():
+        cfg = GPTConfig(block_size=BLOCK, **shape)
+        hf = oracles.hf_gpt2(cfg, attn="sdpa")  # Hugging Face's default
+        ours = GPT.from_hf_gpt2(hf).eval()
+        g = torch.Generator().manual_seed(1)
+        tokens = torch.randint(0, shape["vocab_size"], (1, BLOCK),
+                               generator=g)  # (1, block)
+        runs = {S: {"ours": [], "hf": [], "same": True} for S in positions}
+        with torch.no_grad():
+            lockstep(ours, hf, tokens[:, :16], 4)  # warm-up
+            for _ in range(rounds[name]):
+                for S in positions:
+                    prompt = tokens[:, :S - steps]  # (1, S - n)
+                    ta, tb, same = lockstep(ours, hf, prompt, steps + 1)
+                    runs[S]["ours"].append(ta)
+                    runs[S]["hf"].append(tb)
+                    runs[S]["same"] = runs[S]["same"] and same
+                record["bandwidth"].append(
+                    bandwidth(t_start, bw_bytes, bw_repeat))
+            if name == "gpt2_small":
+                record["profile"] = profile_step(
+                    ours, hf, tokens[:, :positions[len(positions) // 2]],
+                    prof_steps)
+        for S in positions:
+            r = runs[S]
+            fa = [x for run in r["ours"] for x in run]
+            fb = [x for run in r["hf"] for x in run]
+            mid = S - (steps - 1) // 2  # the middle of S - n + 1 .. S
+            point = {"shape": name, "config": shape, "S": S,
+                     "S_steps": [S - steps + 1, S], "S_mid": mid,
+                     "bytes": decode_bytes(cfg, mid),
+                     "loadavg": list(os.getloadavg()),
+                     "ours": {"step_s": r["ours"],
+                              "summary": latency_summary(fa)},
+                     "hf": {"step_s": r["hf"],
+                            "summary": latency_summary(fb)},
+                     "ratio_ours_over_hf": list(ratio_of_medians_ci(fa, fb)),
+                     "same_tokens": r["same"]}
+            record["points"].append(point)
+            print(f"{name} S={S}: ours p50 "
+                  f"{point['ours']['summary']['p50'] * 1e3:.2f} ms, hf p50 "
+                  f"{point['hf']['summary']['p50'] * 1e3:.2f} ms, ours/hf "
+                  f"{point['ratio_ours_over_hf'][0]:.3f} "
+                  f"({time.perf_counter() - t_start:.0f} s)", flush=True)
+        write_json(record, out_path)  # after every shape: partial runs
+        del hf, ours
+    record["bandwidth"].append(bandwidth(t_start, bw_bytes, bw_repeat))
+    # the floor: the fastest reader over the whole run, all its samples
+    pooled = {k: [x for b in record["bandwidth"] for x in b["samples"][k]]
+              for k in record["bandwidth"][0]["samples"]}
+    med = {k: quantile(v, 0.5) for k, v in pooled.items()}
+    reader = max(med, key=med.get)
+    record["bandwidth_run"] = {
+        "reader": reader, "samples": pooled[reader],
+        "summary": {k: latency_summary(v) for k, v in pooled.items()},
+        "GB_s": med[reader]}
+    for p in record["points"]:
+        for who in ("ours", "hf"):
+            flat = [x for run in p[who]["step_s"] for x in run]
+            p[who]["floor_s"] = p["bytes"]["total"] / (med[reader] * 1e9)
+            p[who]["ratio_over_floor"] = floor_ratio(
+                flat, p["bytes"]["total"], pooled[reader])
+        print(f"{p['shape']} S={p['S']}: ours/floor "
+              f"{p['ours']['ratio_over_floor'][0]:.2f}, hf/floor "
+              f"{p['hf']['ratio_over_floor'][0]:.2f}")
+    record["environment_end"] = environment()
+    record["wall_s"] = time.perf_counter() - t_start
+    write_json(record, out_path)
+    print(f"read bandwidth ({reader}) {med[reader]:.2f} GB/s; wrote "
+          f"{out_path} in {record['wall_s']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
