@@ -32,11 +32,11 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 import oracles  # noqa: E402  (tools/, this script's folder)
-from bench_kv_cache import lockstep  # noqa: E402  (the one lockstep loop)
+from bench_kv_cache import lockstep, prefill  # noqa: E402  (one loop)
 from transformer.bench import (environment, latency_summary,  # noqa: E402
                                quantile, ratio_of_medians_ci,
                                read_bandwidth, write_json)
-from transformer.kv_cache import decode_bytes, make_caches  # noqa: E402
+from transformer.kv_cache import decode_bytes  # noqa: E402
 from transformer.model import GPT, GPTConfig  # noqa: E402
 
 OUT = ROOT / "results" / "kv_cache" / "decode_roofline.json"
@@ -69,12 +69,7 @@ def profile_step(ours, hf, prompt, steps):
     both see the same load; per step: ms and calls."""
     from torch.profiler import ProfilerActivity, profile
 
-    caches = make_caches(ours, 1, prompt.shape[1] + steps + 1)
-    a, _ = ours(prompt, caches=caches)  # (1, T0, V)
-    out = hf(input_ids=prompt, use_cache=True)
-    na = a[:, -1].argmax(-1, keepdim=True)  # (1, 1)
-    nb = out.logits[:, -1].argmax(-1, keepdim=True)  # (1, 1)
-    past, pos = out.past_key_values, prompt.shape[1]
+    caches, na, nb, past, pos = prefill(ours, hf, prompt, steps + 1)
     ours(na, start_pos=pos, caches=caches)  # one untimed step each
     out = hf(input_ids=nb, past_key_values=past, use_cache=True)
     past, pos = out.past_key_values, pos + 1

@@ -58,16 +58,23 @@ def ours_recompute(model, prompt, n):
     return prefill, steps, toks
 
 
-def lockstep(ours, hf, prompt, n):
-    """Both models decode n tokens greedily in lockstep, one step of ours,
-    then one of Hugging Face's, alternating which goes first: every pair
-    of steps sees the same machine load. Returns both per-step lists."""
+def prefill(ours, hf, prompt, n):
+    """Both models read `prompt` (1, T0) with room for n more tokens:
+    our caches, the greedy next token of each, Hugging Face's cache and
+    the next position."""
     caches = make_caches(ours, 1, prompt.shape[1] + n)
     a, _ = ours(prompt, caches=caches)  # (1, T0, V)
     out = hf(input_ids=prompt, use_cache=True)
     na = a[:, -1].argmax(-1, keepdim=True)  # (1, 1)
     nb = out.logits[:, -1].argmax(-1, keepdim=True)  # (1, 1)
-    past, pos = out.past_key_values, prompt.shape[1]
+    return caches, na, nb, out.past_key_values, prompt.shape[1]
+
+
+def lockstep(ours, hf, prompt, n):
+    """Both models decode n tokens greedily in lockstep, one step of ours,
+    then one of Hugging Face's, alternating which goes first: every pair
+    of steps sees the same machine load. Returns both per-step lists."""
+    caches, na, nb, past, pos = prefill(ours, hf, prompt, n)
     ta, tb, same = [], [], True
     for i in range(n - 1):
         for who in (("a", "b") if i % 2 == 0 else ("b", "a")):

@@ -285,7 +285,9 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     record = {"threads": args.threads, "repeat": args.repeat,
-              "environment_before": environment()}
+              "impls": args.impls, "environment_before": environment()}
+    if "ours_before" in args.impls:
+        record["before_revision"] = BEFORE
     record["matmul_before"] = matmul_peak(args.threads)
     record["shapes"] = {}
     for name in args.shapes:

@@ -63,7 +63,6 @@ _WHERE = {  # public name -> module defining it
     "remove_stale_temporaries": "training",
     "configs_from": "training",
     "init_model": "training",
-    "ModelShape": "cost_model",
     "model_shape": "cost_model",
     "param_breakdown": "cost_model",
     "param_count": "cost_model",

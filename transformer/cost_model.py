@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 __all__ = [
-    "ModelShape",
     "model_shape",
     "param_breakdown",
     "param_count",
@@ -31,8 +30,6 @@ from transformer.softmax import softmax
 
 GPT2_SMALL = GPTConfig(vocab_size=50257, block_size=1024, n_layer=12,
                        n_head=12, n_embd=768)
-# the name this chapter's shapes once had; they are GPTConfig now
-ModelShape = GPTConfig
 
 
 def model_shape(config=None, **overrides) -> GPTConfig:

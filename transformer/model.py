@@ -339,8 +339,7 @@ class GPT(nn.Module):
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,
                 start_pos: int = 0, caches=None):
         cfg = self.config
-        if not torch.compiler.is_compiling():  # compile_model checks first
-            _check_idx(cfg, idx, start_pos, caches)
+        _check_idx(cfg, idx, start_pos, caches)
         B, T = idx.shape
         x = self.wte(idx)  # (B, T, D)
         if cfg.pos_encoding == "learned":  # rows of wpe, sliced, no gather
@@ -392,8 +391,11 @@ def _init_gpt2(model: nn.Module, n_layer: int) -> None:
 def _check_idx(cfg: GPTConfig, idx, start_pos: int, caches) -> None:
     """GPT.forward's arguments: int64 token ids (B, T) inside the
     vocabulary, positions inside a learned table, one cache per block.
+    Skipped inside a compiled graph (compile_model checks first, eagerly).
     Chapter "Multi-head attention, the block and the GPT model", section
     "The full model"."""
+    if torch.compiler.is_compiling():
+        return
     if (not isinstance(idx, torch.Tensor) or idx.dtype != torch.int64
             or idx.dim() != 2):
         raise ValueError("idx: expected an int64 tensor of shape (B, T)")

@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 from transformer.baseline import get_batch
-from transformer.model import GPT, GPTConfig
+from transformer.model import GPT, GPTConfig, compile_model
 from transformer.optim import AdamW, clip_grad_norm, lr_at
 from transformer.tokenizer import BPETokenizer
 
@@ -71,8 +71,8 @@ class TrainConfig:
     gradient norm skips that update (`on_nonfinite` "skip") or ends the
     run, marked diverged ("stop"); a checkpoint is written every
     `checkpoint_interval` steps (0: only at the end and on Ctrl-C or
-    SIGTERM), which bounds what a hard kill can lose. Defined in chapter
-    "Training", section "Configuration"."""
+    SIGTERM), which bounds what a hard kill can lose; `compile` trains
+    through model.compile_model. Chapter "Training", "Configuration"."""
     steps: int = 200
     batch_size: int = 16
     lr: float = 3e-3
@@ -89,6 +89,7 @@ class TrainConfig:
     checkpoint_interval: int = 50
     eval_seed: int | None = None
     on_nonfinite: str = "skip"
+    compile: bool = False
 
     def __post_init__(self):
         for name, low in (("steps", 0), ("batch_size", 1),
@@ -117,6 +118,8 @@ class TrainConfig:
         if self.on_nonfinite not in ("skip", "stop"):
             raise ValueError(f"on_nonfinite: expected 'skip' or 'stop', "
                              f"got {self.on_nonfinite!r}")
+        if not isinstance(self.compile, bool):
+            raise ValueError(f"compile: expected a bool, got {self.compile!r}")
 
 
 @torch.no_grad()
@@ -385,6 +388,7 @@ class _Run:
         self.val_ids, self.seq_len = val_ids, seq_len
         self.tokenizer, self.data = tokenizer, data
         self.device = next(model.parameters()).device
+        self.forward = compile_model(model) if cfg.compile else model
         self.optimizer = AdamW(_param_groups(model, cfg.weight_decay),
                                lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
         self.params = [p for g in self.optimizer.param_groups
@@ -431,7 +435,7 @@ def _set_rng_state(state: dict, gen: torch.Generator) -> None:
 # fields that may change between a run and its resumption; `steps` may
 # grow, which extends a run (the cosine schedule stretches to the new end)
 RESUMABLE_FIELDS = ("steps", "eval_interval", "eval_batches",
-                    "checkpoint_interval")
+                    "checkpoint_interval", "compile")
 
 
 def _differing(ours: dict, theirs: dict, skip=()) -> list[str]:
@@ -492,7 +496,7 @@ def _train_step(run: _Run, train_ids: torch.Tensor) -> bool:
         group["lr"] = lr
     x, y = get_batch(train_ids, cfg.batch_size, run.seq_len,
                      run.gen)  # (B, T) each
-    _, loss = run.model(x.to(run.device), y.to(run.device))
+    _, loss = run.forward(x.to(run.device), y.to(run.device))
     run.optimizer.zero_grad(set_to_none=True)
     loss.backward()
     norm = (clip_grad_norm(run.params, cfg.grad_clip)
