@@ -39,6 +39,16 @@ and "Training" (section "Performance").
 """
 from __future__ import annotations
 
+import os
+import tempfile
+
+# a cold compiler cache, so that `first_step_s` of a compiled model is the
+# compile a new user waits for (set before torch is imported; --warm-cache
+# keeps the user's cache instead)
+if "--warm-cache" not in __import__("sys").argv:
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(
+        prefix="inductor-cold-")
+
 import argparse
 import gc
 import sys
@@ -280,12 +290,16 @@ def main(argv=None) -> int:
                    default=[k for k in IMPLS if k != "ours_before"])
     p.add_argument("--profile", action="store_true",
                    help="also record torch.profiler's top operations")
+    p.add_argument("--warm-cache", action="store_true",
+                   help="keep torch.compile's on-disk cache (default: a "
+                   "fresh one, so compile times are cold)")
     p.add_argument("--out", default=str(ROOT / "results" / "training"
                                         / "bench_training.json"))
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     record = {"threads": args.threads, "repeat": args.repeat,
-              "impls": args.impls, "environment_before": environment()}
+              "impls": args.impls, "compile_cache": "warm" if
+              args.warm_cache else "cold", "environment_before": environment()}
     if "ours_before" in args.impls:
         record["before_revision"] = BEFORE
     record["matmul_before"] = matmul_peak(args.threads)
