@@ -15,10 +15,12 @@ LAYERS = [
     ("math", {"softmax", "stats"}),
     ("data and tokenizer", {"data", "tokenizer"}),
     ("mechanism", {"attention", "positions", "kernels"}),
-    ("model", {"model"}),
+    # the cost model is formulas over the model's config (and a timing of
+    # its block): it sits with the model, below decoding, which uses it
+    ("model", {"model", "cost_model"}),
     ("decoding and training", {"sampling", "kv_cache", "optim", "baseline",
                                "training", "calibration"}),
-    ("measurement", {"bench", "cost_model"}),
+    ("measurement", {"bench"}),
     ("experiments", {"experiments"}),
     ("command line", {"cli", "__main__"}),
 ]

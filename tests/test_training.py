@@ -613,15 +613,19 @@ def test_model_decode_loop_and_training_follow_the_models_device(kw,
 
 
 def test_compiled_training_follows_the_eager_run():
-    """TrainConfig(compile=True) trains through compile_model: the same
+    """train(..., compile=True) trains through compile_model: the same
     batches and updates as the eager run, so the loss curve agrees up to
     float rounding (compiled kernels sum in another order); a non-bool
     `compile` is refused by name."""
-    _, eager = run(seed=2)
-    _, compiled = run(seed=2, compile=True)
-    assert len(compiled["train_loss"]) == len(eager["train_loss"])
-    for a, b in zip(compiled["train_loss"] + compiled["val_loss"],
-                    eager["train_loss"] + eager["val_loss"]):
+    tr, va = streams()
+    curves = []
+    for compile in (False, True):
+        model = init_model(small_config(), 2)
+        h = train(model, tr, va, quick_cfg(seed=2), compile=compile)
+        curves.append(h["train_loss"] + h["val_loss"])
+    assert len(curves[0]) == len(curves[1])
+    for a, b in zip(*curves):
         assert abs(a - b) < 1e-3
     with pytest.raises(ValueError, match="compile"):
-        TrainConfig(compile="yes")
+        train(init_model(small_config(), 2), tr, va, quick_cfg(),
+              compile="yes")

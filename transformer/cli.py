@@ -258,6 +258,10 @@ def train_parser() -> _Parser:
                    help="also write the loss history to PATH as JSON")
     p.add_argument("--no-progress", action="store_true",
                    help="no progress bar")
+    p.add_argument("--compile", action="store_true",
+                   help="train through torch.compile of the book's model "
+                        "(opt-in: the first step compiles, later steps "
+                        "are faster)")
     _machine_options(p)
     return p
 
@@ -567,7 +571,7 @@ def run_train(args) -> int:
         hist = tr.train(model, train_ids, val_ids, train_cfg, path,
                         resume=ckpt is not None,
                         progress=not args.no_progress, tokenizer=tokenizer,
-                        data=data)
+                        data=data, compile=args.compile)
     except tr.TrainingInterrupted as stop:
         print(_interrupt_message(stop, path), file=sys.stderr)
         return 128 + stop.signum

@@ -1086,7 +1086,6 @@ PROBES = {p.id: p for p in [
 EXPERIMENTS.update(PROBES)
 
 
-from transformer.optim import AdamW, clip_grad_norm, lr_at
 from transformer.softmax import cross_entropy
 
 # E15's task and recipe (section "Probe E15"): 16 (key, value) pairs per
@@ -1195,33 +1194,41 @@ def matched_hidden(target: int, vocab_size: int, window: int, n_embd: int,
         - target))
 
 
+class _RecallLoss(torch.nn.Module):
+    """`model` with the loss at the recalled key positions only: y is
+    (values (B, P), recalled (B, P) bool). Section "Probe E15"."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x, y):
+        values, recalled = y
+        logits, _ = self.model(x)  # (B, 2P, V)
+        at_keys = logits[:, 0::2]  # (B, P, V): predictions of the values
+        return logits, cross_entropy(at_keys[recalled], values[recalled])
+
+
 def train_recall(model: torch.nn.Module, steps: int, batch_size: int,
                  lr: float, warmup_steps: int, grad_clip: float, seed: int,
                  task: dict = RECALL_TASK) -> list[float]:
-    """Train on fresh recall batches with the loss at the recalled key
-    positions only (the book's `train` scores every position of random
-    windows of one stream, which cannot say this): AdamW without weight
-    decay, warm-up then cosine to lr / 10, clipping by global norm.
-    Returns the training loss per step. Section "Probe E15"."""
-    opt = AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    params = [p for p in model.parameters()]
-    g = torch.Generator().manual_seed(seed)
-    task = {k: task[k] for k in ("n_pairs", "n_keys", "n_values")}
-    losses = []
+    """Train on fresh recall batches (drawn with the run's generator,
+    seeded by `seed`) with the loss at the recalled key positions only,
+    through transformer.training.train: AdamW without weight decay and
+    Adam's usual beta2, warm-up then cosine to lr / 10, clipping by
+    global norm, no held-out evaluation. Returns the training loss per
+    step. Section "Probe E15"."""
+    shape = {k: task[k] for k in ("n_pairs", "n_keys", "n_values")}
+
+    def batches(gen):
+        x, values, recalled, _ = recall_batch(batch_size, gen, **shape)
+        return x, (values, recalled)
+    cfg = TrainConfig(steps=steps, batch_size=batch_size, lr=lr,
+                      min_lr=lr / 10, warmup_steps=warmup_steps,
+                      grad_clip=grad_clip, weight_decay=0.0, beta2=0.999,
+                      seed=seed, checkpoint_interval=0)
     model.train()
-    for step in range(steps):
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step, lr, warmup_steps, steps, lr / 10)
-        x, values, recalled, _ = recall_batch(batch_size, g, **task)
-        logits, _ = model(x)  # (B, 2P, V)
-        at_keys = logits[:, 0::2]  # (B, P, V): predictions of the values
-        loss = cross_entropy(at_keys[recalled], values[recalled])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        clip_grad_norm(params, grad_clip)
-        opt.step()
-        losses.append(loss.item())
-    return losses
+    return train(_RecallLoss(model), batches, None, cfg)["train_loss"]
 
 
 def evaluate_recall(model: torch.nn.Module, n_seq: int, window: int,

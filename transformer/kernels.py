@@ -216,10 +216,15 @@ _GELU_C = math.sqrt(2.0 / math.pi)  # c in eq-gelu-sigmoid
 _GELU_A = 0.044715  # a in eq-gelu-sigmoid
 
 
+# 2c as a 0-dim CPU tensor: it broadcasts against x of any shape, dtype
+# and device without setting the result's dtype (0-dim tensors do not)
+_TWO_C = torch.tensor(2 * _GELU_C, dtype=torch.float64)
+
+
 def _gelu_poly(x: torch.Tensor, k: float) -> torch.Tensor:
-    """x (2c + k x^2), elementwise, in two passes: one addcmul (a 0-dim
-    tensor broadcast against x x) and one product."""
-    return torch.addcmul(x.new_tensor(2 * _GELU_C), x, x, value=k).mul_(x)
+    """x (2c + k x^2), elementwise, in two passes: one addcmul (2c plus
+    k x x) and one product."""
+    return torch.addcmul(_TWO_C, x, x, value=k).mul_(x)
 
 
 def _gelu_gate(x: torch.Tensor) -> torch.Tensor:

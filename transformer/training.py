@@ -71,8 +71,8 @@ class TrainConfig:
     gradient norm skips that update (`on_nonfinite` "skip") or ends the
     run, marked diverged ("stop"); a checkpoint is written every
     `checkpoint_interval` steps (0: only at the end and on Ctrl-C or
-    SIGTERM), which bounds what a hard kill can lose; `compile` trains
-    through model.compile_model. Chapter "Training", "Configuration"."""
+    SIGTERM), which bounds what a hard kill can lose. Defined in chapter
+    "Training", section "Configuration"."""
     steps: int = 200
     batch_size: int = 16
     lr: float = 3e-3
@@ -89,7 +89,6 @@ class TrainConfig:
     checkpoint_interval: int = 50
     eval_seed: int | None = None
     on_nonfinite: str = "skip"
-    compile: bool = False
 
     def __post_init__(self):
         for name, low in (("steps", 0), ("batch_size", 1),
@@ -118,8 +117,6 @@ class TrainConfig:
         if self.on_nonfinite not in ("skip", "stop"):
             raise ValueError(f"on_nonfinite: expected 'skip' or 'stop', "
                              f"got {self.on_nonfinite!r}")
-        if not isinstance(self.compile, bool):
-            raise ValueError(f"compile: expected a bool, got {self.compile!r}")
 
 
 @torch.no_grad()
@@ -383,12 +380,12 @@ class _Run:
     at a time"."""
 
     def __init__(self, model, cfg: TrainConfig, val_ids, seq_len: int,
-                 checkpoint_path, tokenizer, data):
+                 checkpoint_path, tokenizer, data, compile: bool = False):
         self.model, self.cfg, self.path = model, cfg, checkpoint_path
         self.val_ids, self.seq_len = val_ids, seq_len
         self.tokenizer, self.data = tokenizer, data
         self.device = next(model.parameters()).device
-        self.forward = compile_model(model) if cfg.compile else model
+        self.forward = compile_model(model) if compile else model
         self.optimizer = AdamW(_param_groups(model, cfg.weight_decay),
                                lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
         self.params = [p for g in self.optimizer.param_groups
@@ -411,7 +408,10 @@ class _Run:
             self.saved_step = self.step
 
     def evaluate(self) -> None:
-        """Append eq. (eq-val-estimate) on the fixed windows, at this step."""
+        """Append eq. (eq-val-estimate) on the fixed windows, at this step
+        (nothing without held-out ids)."""
+        if self.val_ids is None:
+            return
         self.hist["val_steps"].append(self.step)
         self.hist["val_loss"].append(evaluate(
             self.model, self.val_ids, self.seq_len, self.cfg.batch_size,
@@ -435,7 +435,7 @@ def _set_rng_state(state: dict, gen: torch.Generator) -> None:
 # fields that may change between a run and its resumption; `steps` may
 # grow, which extends a run (the cosine schedule stretches to the new end)
 RESUMABLE_FIELDS = ("steps", "eval_interval", "eval_batches",
-                    "checkpoint_interval", "compile")
+                    "checkpoint_interval")
 
 
 def _differing(ours: dict, theirs: dict, skip=()) -> list[str]:
@@ -494,9 +494,13 @@ def _train_step(run: _Run, train_ids: torch.Tensor) -> bool:
                cfg.min_lr)
     for group in run.optimizer.param_groups:
         group["lr"] = lr
-    x, y = get_batch(train_ids, cfg.batch_size, run.seq_len,
-                     run.gen)  # (B, T) each
-    _, loss = run.forward(x.to(run.device), y.to(run.device))
+    if callable(train_ids):  # the caller's own batches (see train)
+        x, y = train_ids(run.gen)
+    else:
+        x, y = get_batch(train_ids, cfg.batch_size, run.seq_len,
+                         run.gen)  # (B, T) each
+        x, y = x.to(run.device), y.to(run.device)
+    _, loss = run.forward(x, y)
     run.optimizer.zero_grad(set_to_none=True)
     loss.backward()
     norm = (clip_grad_norm(run.params, cfg.grad_clip)
@@ -589,8 +593,9 @@ def _run_steps(run: _Run, train_ids: torch.Tensor, progress: bool,
                     run.save()
                 if bar is not None:
                     bar.update(1)
+                    val = (run.hist["val_loss"] or [math.nan])[-1]
                     bar.set_postfix(loss=f"{run.hist['train_loss'][-1]:.3f}",
-                                    val=f"{run.hist['val_loss'][-1]:.3f}",
+                                    val=f"{val:.3f}",
                                     tok_s=f"{run.tokens / run.train_s:,.0f}")
                 if callback is not None:
                     callback(run.step, run.hist)
@@ -616,10 +621,15 @@ def _check_train_args(model, train_ids, val_ids, cfg, checkpoint_path,
         if not isinstance(value, kind):
             raise ValueError(f"{name}: expected a {what}, "
                              f"got {type(value).__name__}")
+    own = callable(train_ids)  # a batch source: no windows to check
     for name, ids in (("train_ids", train_ids), ("val_ids", val_ids)):
+        if own and (name == "train_ids" or ids is None):
+            continue
         if not (isinstance(ids, torch.Tensor) and ids.dtype == torch.int64
                 and ids.dim() == 1):
             raise ValueError(f"{name}: expected a 1-D int64 tensor")
+    if own and val_ids is None:
+        return cfg.seq_len
     max_len = getattr(getattr(model, "config", None), "block_size", None)
     seq_len = cfg.seq_len if cfg.seq_len is not None else max_len
     if seq_len is None:
@@ -628,7 +638,9 @@ def _check_train_args(model, train_ids, val_ids, cfg, checkpoint_path,
     if max_len is not None and seq_len > max_len:
         raise ValueError(f"seq_len: expected <= the model's block_size = "
                          f"{max_len}, got {seq_len}")
-    for name, ids in (("train_ids", train_ids), ("val_ids", val_ids)):
+    for name, ids in ((n, i) for n, i in (("train_ids", train_ids),
+                                           ("val_ids", val_ids)) if
+                      not callable(i)):
         if len(ids) <= seq_len:
             raise ValueError(f"{name}: expected more than seq_len = "
                              f"{seq_len} tokens, got {len(ids)}")
@@ -640,7 +652,8 @@ def _check_train_args(model, train_ids, val_ids, cfg, checkpoint_path,
 def train(model: torch.nn.Module, train_ids: torch.Tensor,
           val_ids: torch.Tensor, cfg: TrainConfig, checkpoint_path=None,
           resume: bool = False, progress: bool = False, tokenizer=None,
-          callback=None, data: dict | None = None) -> dict:
+          callback=None, data: dict | None = None,
+          compile: bool = False) -> dict:
     """Train `model` in place with AdamW, warmup + cosine and clipping,
     eq. (eq-train-step).
 
@@ -661,7 +674,11 @@ def train(model: torch.nn.Module, train_ids: torch.Tensor,
     after every step; raising KeyboardInterrupt from it acts like Ctrl-C.
     tokenizer and data (a dict describing the text) are stored in the
     checkpoint. Batches are drawn on the CPU and moved to the model's
-    device.
+    device. `train_ids` may instead be a function gen -> (x, y) drawing
+    one batch with the run's generator, for a task that is not a stream
+    of windows; the loss is model(x, y)[1] as always, and with val_ids
+    None nothing is evaluated. compile=True trains through
+    transformer.model.compile_model (opt-in: the first step compiles).
 
     Returns the history: "steps", "train_loss", "lr", "grad_norm" (one per
     step, from step 1 of the run), "val_steps", "val_loss", and for this
@@ -674,8 +691,10 @@ def train(model: torch.nn.Module, train_ids: torch.Tensor,
     t_wall, t_cpu = time.perf_counter(), time.process_time()
     seq_len = _check_train_args(model, train_ids, val_ids, cfg,
                                 checkpoint_path, resume)
+    if not isinstance(compile, bool):
+        raise ValueError(f"compile: expected a bool, got {compile!r}")
     run = _Run(model, cfg, val_ids, seq_len, checkpoint_path, tokenizer,
-               data)
+               data, compile)
     if resume and Path(checkpoint_path).is_file():
         _restore(run, checkpoint_path)
     _run_steps(run, train_ids, progress, callback)
