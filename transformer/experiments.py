@@ -454,15 +454,22 @@ def count_records(exp, root: Path | None = None) -> tuple[int, int]:
 
 
 def run_experiment(exp: Experiment, root: Path | None = None,
-                   log=print, data=None) -> list[dict]:
+                   log=print, data=None,
+                   shard: tuple[int, int] = (1, 1)) -> list[dict]:
     """Run every grid point of `exp` that has no matching record under
     records_dir(exp.id, root, exp.is_smoke) (finished runs are skipped,
     so an interrupted sweep resumes; a stale record is rerun), writing
-    each record atomically, and return all records. Section "The
+    each record atomically, and return all records. `shard` (k, n) runs
+    only the k-th of every n points (k from 1), so that n processes can
+    share one grid without running a point twice. Section "The
     runner"."""
+    k, n = shard
+    if not (isinstance(k, int) and isinstance(n, int) and 1 <= k <= n):
+        raise ValueError(f"shard: expected (k, n) with 1 <= k <= n, "
+                         f"got {shard!r}")
     out = records_dir(exp.id, root, exp.is_smoke)
     out.mkdir(parents=True, exist_ok=True)
-    points = exp.points()
+    points = exp.points()[k - 1::n]
     streams = {} if data is None else {exp.vocab_size: data}  # by V (E9)
     references = {}  # by V: the unigram and bigram of that tokenization
     started, done_now = time.perf_counter(), 0
