@@ -38,6 +38,9 @@ __all__ = [
     "evaluate_recall",
     "recall_models",
     "measure_e15",
+    "measure_e16",
+    "measure_e17",
+    "measure_e18",
 ]
 
 
@@ -1324,3 +1327,93 @@ EXPERIMENTS.update({"E15": PROBES["E15"]})
 TABLE_METRICS["E15"] = ("attn_acc", "mlp_acc", "full_acc", "attn_minus_mlp",
                         "attn_acc_out", "mlp_acc_in", "mlp_acc_out",
                         "attn_loss", "mlp_loss", "full_loss")
+
+
+def measure_e16(seed: int, smoke: bool = False) -> dict:
+    """E16: score_scale_sweep (chapter "Attention"), its extremes as the
+    final metrics and every row as raw data. Section "Probes E16 to
+    E18"."""
+    from transformer.attention import SCORE_SCALE_SWEEP, score_scale_sweep
+    sizes = dict(SCORE_SCALE_SWEEP)
+    if smoke:
+        sizes.update(n_var=2_000, table=(16, 256), curves=(4, 256),
+                     n_rows=32)
+    sweep = score_scale_sweep(seed, sizes)
+    ratio = [var / d_k for d_k, var, _ in sweep["variance"]]
+    rows = sweep["table"] + sweep["curves"]
+    return {"var_ratio_min": min(ratio), "var_ratio_max": max(ratio),
+            "dead_unscaled_256": next(r[6] for r in sweep["table"]
+                                      if r[0] == 256),
+            "dead_unscaled_widest": sweep["curves"][-1][6],
+            "dead_scaled_max": max(r[3] for r in rows), "raw": sweep}
+
+
+def measure_e17(seed: int, smoke: bool = False) -> dict:
+    """E17: temperature_report (chapter "Calibration") of the trained
+    tiny model (CALIBRATION_CHECKPOINT) on heldout_windows; `seed` seeds
+    the bootstraps. A smoke run takes 16 windows of 32 tokens. Section
+    "Probes E16 to E18"."""
+    from transformer.calibration import (CALIBRATION_CHECKPOINT,
+                                         CALIBRATION_WINDOWS,
+                                         heldout_windows, load_trained,
+                                         temperature_report)
+    path = default_results_dir().parent.parent / CALIBRATION_CHECKPOINT
+    model, tok = load_trained(path)
+    windows = ({"n_windows": 16, "window": 32} if smoke
+               else CALIBRATION_WINDOWS)
+    _, y, logits, n_val = heldout_windows(model, tok, **windows)
+    rep = temperature_report(logits, y, seed=seed)
+    final = {k: rep[k] for k in ("tau_hat", "ece_before", "ece_after",
+                                 "ece_floor", "accuracy", "step_err")}
+    final["tau_lo"], final["tau_hi"] = rep["tau_ci"]
+    final["nll_gain"] = rep["nll_gain"]["mean"]
+    return {**final, "raw": {**rep, **windows, "n_val_tokens": n_val,
+                             "checkpoint": CALIBRATION_CHECKPOINT}}
+
+
+def measure_e18(seed: int, smoke: bool = False) -> dict:
+    """E18: trained_bigram_lr (chapter "Data, the bigram baseline and the
+    entropy floor"): the two learning rates' gaps to the counted bigram,
+    and both curves as raw data. Section "Probes E16 to E18"."""
+    from transformer.baseline import trained_bigram_lr
+    study = trained_bigram_lr(steps=3 if smoke else 150)
+    final = {}
+    for name, run in study["runs"].items():
+        for key in ("gap_train", "gap_val", "best_step"):
+            final[f"lr{name}_{key}"] = run[key]
+    return {**final, "raw": study}
+
+
+PROBES.update({p.id: p for p in [
+    Probe("E16", "The score scale at initialisation, across head widths",
+          measure_e16,
+          prediction="Var(q.k) / d_k within 5% of 1 at every width; with "
+                     "1/sqrt(d_k) no softmax row is dead (Jacobian norm "
+                     "below 1e-3) at any width; without it the dead share "
+                     "grows with d_k and passes one half at d_k = 4096",
+          falsifier="a variance ratio off by more than 5%, a dead row "
+                    "with the scale, or fewer than half the rows dead "
+                    "unscaled at d_k = 4096"),
+    Probe("E17", "Temperature calibration of the trained tiny model",
+          measure_e17, seeds=(0,),
+          prediction="the fitted temperature within [0.9, 1.1], an ECE "
+                     "before scaling below 0.05, and scaling moves the "
+                     "held-out NLL by less than 0.01 nats",
+          falsifier="tau outside [0.9, 1.1] or an ECE above 0.05"),
+    Probe("E18", "The trained bigram's learning rate", measure_e18,
+          seeds=(0,),
+          prediction="at lr 0.5 for 150 full-batch Adam steps, the "
+                     "training loss within 0.01 nats of the unsmoothed "
+                     "counts' and the best held-out loss within 0.05 nats "
+                     "of the counted bigram's",
+          falsifier="either gap larger than stated"),
+]})
+EXPERIMENTS.update({i: PROBES[i] for i in ("E16", "E17", "E18")})
+TABLE_METRICS.update({
+    "E16": ("var_ratio_min", "var_ratio_max", "dead_unscaled_256",
+            "dead_unscaled_widest", "dead_scaled_max"),
+    "E17": ("tau_hat", "tau_lo", "tau_hi", "ece_before", "ece_after",
+            "ece_floor", "nll_gain"),
+    "E18": ("lr0.5_gap_train", "lr0.5_gap_val", "lr0.1_gap_train",
+            "lr0.1_gap_val"),
+})
