@@ -445,6 +445,27 @@ def test_experiment_ids_and_roots(tmp_path, capsys):
     assert "(2/2 runs)" in next(ln for ln in listed if ln.startswith("E12"))
 
 
+def test_experiment_shards_split_a_grid(tmp_path, capsys):
+    """--shard 1/2 and 2/2 run disjoint halves of a grid, which together
+    are the whole grid; a bad --shard is one line and exit 2."""
+    from transformer.experiments import EXPERIMENTS
+    for bad in ("0/2", "3/2", "2", "a/b"):
+        assert cli.main(["experiment", "E5", "--smoke", "--shard", bad,
+                         "--root", str(tmp_path)]) == 2
+        err = errors(capsys)
+        assert len(err) == 1 and "--shard" in err[0], err
+    names = []
+    for k in (1, 2):
+        before = set(tmp_path.rglob("*.json"))
+        assert cli.main(["experiment", "E5", "--smoke", "--shard",
+                         f"{k}/2", "--root", str(tmp_path)]) == 0
+        names.append({p.name for p in set(tmp_path.rglob("*.json"))
+                      - before})
+    points = EXPERIMENTS["E5"].smoke().points()
+    assert names[0] and names[1] and not names[0] & names[1]
+    assert len(names[0]) + len(names[1]) == len(points)
+
+
 # ------------------------------------------------------------------ sample
 
 def test_sample_writes_any_text_to_any_stdout_encoding(tmp_path):

@@ -261,6 +261,22 @@ def test_committed_records_complete_and_from_one_revision(exp):
         assert r["tokens"] == rc.steps * rc.batch_size * mc.block_size
 
 
+@pytest.mark.parametrize("pid", ["E16", "E17", "E18"])
+def test_committed_chapter_probes(pid):
+    """The chapters' own measurements (score-scale sweep, calibration,
+    the trained bigram's learning rate) have a record per declared seed,
+    from one clean revision, with every metric of their table finite;
+    chapters 04, 14 and 07 check the raw numbers against a live run."""
+    from transformer.experiments import TABLE_METRICS
+    recs = _committed(pid)
+    assert sorted(r["seed"] for r in recs) == list(PROBES[pid].seeds)
+    _one_clean_revision(pid, recs)
+    for r in recs:
+        assert r["smoke"] is False and r["experiment"] == pid
+        for metric in TABLE_METRICS[pid]:
+            assert math.isfinite(r["final"][metric]), metric
+
+
 def test_a_planted_mixed_revision_is_caught(tmp_path):
     """The one-revision check above fails on a table that mixes two."""
     recs = _committed("E8")

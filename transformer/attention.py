@@ -5,6 +5,10 @@ from __future__ import annotations
 __all__ = [
     "causal_mask",
     "attention",
+    "score_variance",
+    "softmax_row_stats",
+    "score_saturation",
+    "score_scale_sweep",
 ]
 
 
@@ -90,3 +94,79 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     weights = softmax(scores)  # (B, H, T, S), move 4
     out = weights @ v  # (B, H, T, Dv), move 5
     return out, weights
+
+
+def score_variance(widths, n: int,
+                   generator: torch.Generator) -> list[tuple]:
+    """(d_k, Var(q.k), Var(q.k / sqrt(d_k))) for each head width d_k, from
+    n pairs of standard-normal q and k (float64) drawn with `generator`:
+    the check of eq. (eq-var-qk) with unit variances. Chapter "Attention:
+    a lookup that is learned", section "Why divide by sqrt(d_k)"."""
+    rows = []
+    for d_k in widths:
+        qs = torch.randn(n, d_k, generator=generator,
+                         dtype=torch.float64)  # (N, Dh)
+        ks = torch.randn(n, d_k, generator=generator,
+                         dtype=torch.float64)  # (N, Dh)
+        dots = (qs * ks).sum(-1)  # (N,)
+        rows.append((d_k, dots.var().item(),
+                     (dots / math.sqrt(d_k)).var().item()))
+    return rows
+
+
+def softmax_row_stats(scores: torch.Tensor) -> tuple[float, float, float]:
+    """Mean row entropy (nats), mean ‖diag(p) - pᵀ p‖_F (each row p of
+    softmax(scores) a row vector), and the share of rows with
+    ‖J‖_F < 1e-3: rows that pass essentially no gradient. Chapter
+    "Attention: a lookup that is learned", section "What the scale buys,
+    measured"."""
+    p = softmax(scores)  # (N, S)
+    ent = -(p * torch.log(p.clamp_min(1e-300))).sum(-1)  # (N,)
+    J = torch.diag_embed(p) - p.unsqueeze(-1) * p.unsqueeze(-2)  # (N, S, S)
+    jn = torch.linalg.matrix_norm(J)  # (N,)
+    dead = (jn < 1e-3).double().mean().item()
+    return ent.mean().item(), jn.mean().item(), dead
+
+
+def score_saturation(widths, n_rows: int, n_keys: int,
+                     generator: torch.Generator) -> list[tuple]:
+    """For each head width d_k: n_rows standard-normal queries against
+    n_keys keys (float64, drawn with `generator`), and
+    (d_k, *softmax_row_stats of the scaled scores, *of the unscaled ones):
+    entropy, Jacobian norm and dead share, with and without 1/sqrt(d_k).
+    Section "What the scale buys, measured"."""
+    rows = []
+    for d_k in widths:
+        qs = torch.randn(n_rows, d_k, generator=generator,
+                         dtype=torch.float64)  # (N, Dh)
+        ks = torch.randn(n_keys, d_k, generator=generator,
+                         dtype=torch.float64)  # (S, Dh)
+        raw = qs @ ks.T  # (N, S)
+        rows.append((d_k, *softmax_row_stats(raw / math.sqrt(d_k)),
+                     *softmax_row_stats(raw)))
+    return rows
+
+
+SCORE_SCALE_SWEEP = {"variance": (4, 16, 64, 256), "n_var": 20_000,
+                     "table": (16, 64, 256, 1024),
+                     "curves": (4, 16, 64, 256, 1024, 4096),
+                     "n_rows": 256, "n_keys": 64}
+
+
+def score_scale_sweep(seed: int = 0, sizes: dict = SCORE_SCALE_SWEEP
+                      ) -> dict:
+    """This section's three measurements from one generator seeded with
+    `seed`, in the chapter's order: score_variance at sizes["variance"],
+    then score_saturation at sizes["table"] and sizes["curves"]. Rows as
+    lists, ready for JSON. Section "What the scale buys, measured"."""
+    g = torch.Generator().manual_seed(seed)
+    variance = score_variance(sizes["variance"], sizes["n_var"], g)
+    table = score_saturation(sizes["table"], sizes["n_rows"],
+                             sizes["n_keys"], g)
+    curves = score_saturation(sizes["curves"], sizes["n_rows"],
+                              sizes["n_keys"], g)
+    return {"sizes": {k: list(v) if isinstance(v, tuple) else v
+                      for k, v in sizes.items()},
+            "variance": [list(r) for r in variance],
+            "table": [list(r) for r in table],
+            "curves": [list(r) for r in curves]}

@@ -10,6 +10,8 @@ __all__ = [
     "bigram_loss",
     "baseline_losses",
     "BigramLM",
+    "fit_bigram_table",
+    "trained_bigram_lr",
     "compressed_bits_per_byte",
 ]
 
@@ -194,6 +196,56 @@ class BigramLM(torch.nn.Module):
         logp = log_softmax(self.logits.weight)  # (V, V)
         c = counts.to(logp.dtype)
         return -(c * logp).sum() / c.sum()
+
+
+def fit_bigram_table(train_counts: torch.Tensor, val_counts: torch.Tensor,
+                     lr: float, steps: int = 150,
+                     seed: int = 0) -> tuple[list, list]:
+    """Train a BigramLM (V, V) by full-batch Adam at learning rate `lr`
+    on the count-weighted loss of `train_counts` (eq.
+    (eq-bigram-count-loss)); returns (training curve, held-out curve on
+    `val_counts`), one value after each step. Chapter "Data, the bigram
+    baseline and the entropy floor", section "The same bigram, trained"."""
+    torch.manual_seed(seed)
+    model = BigramLM(train_counts.shape[0])
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    train_curve, val_curve = [], []
+    for _ in range(steps):
+        loss = model.count_loss(train_counts)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        with torch.no_grad():
+            train_curve.append(loss.item())
+            val_curve.append(model.count_loss(val_counts).item())
+    return train_curve, val_curve
+
+
+def trained_bigram_lr(lrs=(0.5, 0.1), steps: int = 150,
+                      vocab_size: int = DEFAULT_VOCAB_SIZE) -> dict:
+    """The trained bigram against the counted one on the default token
+    stream, at each learning rate of `lrs`: fit_bigram_table's curves,
+    the final training gap to the unsmoothed counts' training loss, and
+    the best held-out loss's gap to the smoothed counted bigram's (from
+    baseline_losses) with its step. Section "The same bigram, trained"."""
+    _, train_ids, val_ids = token_stream(vocab_size)
+    c_train = bigram_counts(train_ids, vocab_size).double()  # (V, V)
+    c_val = bigram_counts(val_ids, vocab_size).double()  # (V, V)
+    p_emp = c_train / c_train.sum(1, keepdim=True).clamp_min(1)  # (V, V)
+    seen = p_emp > 0
+    unsmoothed = (-(c_train[seen] * p_emp[seen].log()).sum()
+                  / c_train.sum()).item()
+    counted = baseline_losses(train_ids, val_ids, vocab_size)["bigram"]
+    runs = {}
+    for lr in lrs:
+        tc, vc = fit_bigram_table(c_train, c_val, lr, steps)
+        best = min(range(len(vc)), key=vc.__getitem__)
+        runs[str(lr)] = {"lr": lr, "gap_train": tc[-1] - unsmoothed,
+                         "gap_val": vc[best] - counted, "best_step": best,
+                         "train_curve": tc, "val_curve": vc}
+    return {"vocab_size": vocab_size, "steps": steps,
+            "unsmoothed_train": unsmoothed, "counted_bigram_val": counted,
+            "runs": runs}
 
 
 def compressed_bits_per_byte(data: bytes, context: bytes = b"") -> float:

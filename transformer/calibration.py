@@ -10,11 +10,15 @@ __all__ = [
     "nll_derivatives",
     "temperature_nll",
     "fit_temperature",
+    "load_trained",
+    "heldout_windows",
+    "temperature_report",
 ]
 
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 
@@ -212,3 +216,143 @@ def fit_temperature(logits: torch.Tensor, targets: torch.Tensor,
         if done:
             break
     return 1.0 / beta
+
+
+CALIBRATION_CHECKPOINT = "results/sampling/tiny_gpt.pt"  # from the root
+CALIBRATION_WINDOWS = {"n_windows": 128, "window": 128}
+
+
+def load_trained(path):
+    """(model in eval mode, tokenizer) from either checkpoint format: a
+    training checkpoint (chapter "Training"), or the sampling chapter's
+    config and float16 weights with `tokenizer.bpe` beside them. Section
+    "The trained model on held-out text"."""
+    from transformer.model import GPT, GPTConfig
+    from transformer.tokenizer import BPETokenizer
+    from transformer.training import (CHECKPOINT_FORMAT,
+                                      model_from_checkpoint)
+    path = Path(path)
+    raw = torch.load(path, map_location="cpu", weights_only=True)
+    tok = None
+    if raw.get("format") == CHECKPOINT_FORMAT:
+        model, tok, _ = model_from_checkpoint(path)
+    else:  # the sampling chapter's format: config + float16 weights
+        model = GPT(GPTConfig(**raw["config"]))
+        model.load_state_dict({k: v.float()
+                               for k, v in raw["state_dict"].items()})
+    if tok is None:
+        tok = BPETokenizer.load(path.parent / "tokenizer.bpe")
+    return model.eval(), tok
+
+
+def heldout_windows(model, tok, n_windows: int = 128, window: int = 128):
+    """`n_windows` windows of min(window, block_size) tokens spaced evenly
+    across the validation split (chapter "The corpus"), tokenized with
+    `tok`, and the model's logits on them: (x (W, T), y (W, T),
+    logits (W, T, V), number of held-out tokens). Section "The trained
+    model on held-out text"."""
+    from transformer.data import load_corpus, train_val_split
+    _, val_text = train_val_split(load_corpus())
+    val_ids = torch.tensor(tok.encode(val_text),
+                           dtype=torch.int64)  # (N_val,)
+    T = min(window, model.config.block_size)
+    starts = torch.linspace(0, len(val_ids) - T - 1,
+                            n_windows).long()  # (W,)
+    chunks = val_ids[starts[:, None] + torch.arange(T + 1)]  # (W, T + 1)
+    x, y = chunks[:, :-1], chunks[:, 1:]  # (W, T) each
+    with torch.no_grad():
+        logits = torch.cat([model(x[i:i + 16])[0]
+                            for i in range(0, n_windows, 16)])  # (W, T, V)
+    return x, y, logits, len(val_ids)
+
+
+def temperature_report(logits: torch.Tensor, y: torch.Tensor,
+                       n_bins: int = 15, seed: int = 0) -> dict:
+    """The calibration experiment on held-out windows logits (W, T, V),
+    targets y (W, T): tau fitted on the even windows, with a bootstrap
+    interval over them (2,000 one-step refits, eq. (eq-bootstrap-newton),
+    checked against one full refit); on the odd windows, the ECE
+    (eq. (eq-ece), `n_bins` bins) before and after dividing by tau with
+    window-level bootstrap intervals, the ECE of 20 draws that are
+    calibrated by construction (the floor), and the NLL per window before
+    and after with the paired interval of the gain. Numbers and lists
+    only, ready for JSON. Section "The experiment"."""
+    from transformer.stats import bootstrap_ci, paired_difference
+    W = logits.shape[0]
+    fit_idx = torch.arange(0, W, 2)  # (W/2,)
+    eval_idx = torch.arange(1, W, 2)  # (W/2,)
+    lf, yf = logits[fit_idx], y[fit_idx]  # (W/2, T, V), (W/2, T)
+    le, ye = logits[eval_idx], y[eval_idx]  # (W/2, T, V), (W/2, T)
+    tau_hat = fit_temperature(lf, yf)
+    beta_hat = 1.0 / tau_hat
+
+    # one-step refits, eq-bootstrap-newton: per-window summed derivatives
+    _, d1, d2 = nll_derivatives(lf, yf, beta_hat)  # (W/2, T) each
+    G, H = d1.sum(1), d2.sum(1)  # (W/2,) each
+    n_fit = len(fit_idx)
+
+    def counts_of(draws):  # (R, n) window indices -> (R, n) multiplicities
+        m = torch.zeros(draws.shape, dtype=torch.float64)  # (R, n)
+        return m.scatter_add_(1, draws.long(), torch.ones_like(m))
+
+    def tau_refit(draws):  # (R, n) -> (R,)
+        m = counts_of(draws)  # (R, n)
+        return 1.0 / (beta_hat - (m @ G) / (m @ H))
+
+    tau_ci = bootstrap_ci(list(range(n_fit)), tau_refit, n_boot=2000,
+                          seed=seed)
+    gen = torch.Generator().manual_seed(seed + 1)
+    check = torch.randint(0, n_fit, (1, n_fit), generator=gen)  # (1, n)
+    exact = torch.tensor([fit_temperature(lf[r], yf[r]) for r in check])
+    one_step = tau_refit(check.double())  # (1,)
+    step_err = (one_step / exact - 1).abs().max().item()
+
+    # evaluation half: per-window bin totals for eq-ece, before and after
+    c0, k0 = top1_confidence(le, ye)  # (N,), (N,)
+    c1, k1 = top1_confidence(le, ye, tau_hat)  # (N,), (N,)
+    if not torch.equal(k0, k1):  # eq-temp-scaling: accuracy cannot move
+        raise AssertionError("temperature changed a top-1 prediction")
+    W2 = len(eval_idx)
+
+    def window_bin_sums(conf):  # (N,) -> (W/2, M, 3): count, sum c, sum k
+        out = []
+        for cw, kw in zip(conf.view(W2, -1), k0.view(W2, -1)):
+            bw = reliability_bins(cw, kw, n_bins)  # cw, kw: (T,)
+            n = bw.count.double()  # (M,)
+            out.append(torch.stack([n, (bw.confidence * n).nan_to_num(0.0),
+                                    (bw.accuracy * n).nan_to_num(0.0)], -1))
+        return torch.stack(out)  # (W/2, M, 3)
+
+    S = {1.0: window_bin_sums(c0), tau_hat: window_bin_sums(c1)}
+
+    def ece_of(sums, m):  # sums (W/2, M, 3), m (R, W/2) -> (R,)
+        tot = torch.einsum("rw,wmj->rmj", m, sums)  # (R, M, 3)
+        return (tot[..., 2] - tot[..., 1]).abs().sum(1) / tot[..., 0].sum(1)
+
+    ones = torch.ones(1, W2, dtype=torch.float64)  # (1, W/2)
+    ece_before, ece_after = (ece_of(S[t], ones).item()
+                             for t in (1.0, tau_hat))
+    idx_e = list(range(W2))
+    ci_before = bootstrap_ci(idx_e, lambda d: ece_of(S[1.0], counts_of(d)),
+                             seed=seed)
+    ci_after = bootstrap_ci(idx_e, lambda d: ece_of(S[tau_hat],
+                                                    counts_of(d)), seed=seed)
+    ci_drop = bootstrap_ci(idx_e, lambda d: ece_of(S[1.0], counts_of(d))
+                           - ece_of(S[tau_hat], counts_of(d)), seed=seed)
+    floor = [expected_calibration_error(
+        c0, torch.rand(c0.shape, generator=gen, dtype=torch.float64) < c0,
+        n_bins) for _ in range(20)]  # ECE of calibrated-by-construction
+
+    nll_b = nll_derivatives(le, ye, 1.0)[0].mean(1).tolist()  # per window
+    nll_a = nll_derivatives(le, ye, beta_hat)[0].mean(1).tolist()
+    return {"tau_hat": tau_hat, "tau_ci": list(tau_ci),
+            "step_err": step_err, "n_bins": n_bins,
+            "n_eval_tokens": k0.numel(),
+            "accuracy": k0.double().mean().item(),
+            "ece_before": ece_before, "ece_after": ece_after,
+            "ece_before_ci": list(ci_before), "ece_after_ci": list(ci_after),
+            "ece_drop_ci": list(ci_drop),
+            "ece_floor": torch.tensor(floor).median().item(),
+            "ece_floor_draws": floor,
+            "nll_before": nll_b, "nll_after": nll_a,
+            "nll_gain": asdict(paired_difference(nll_b, nll_a))}

@@ -27,6 +27,7 @@ __all__ = [
 import argparse
 import ast
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -352,7 +353,20 @@ def experiment_parser() -> _Parser:
     p.add_argument("--root", type=Path, default=None, metavar="DIR",
                    help="results folder (default: results/experiments "
                         "of the checkout)")
+    p.add_argument("--shard", type=_shard, default=(1, 1), metavar="K/N",
+                   help="run only the K-th of every N grid points, so "
+                        "that N processes can share a grid (default: "
+                        "1/1, every point)")
     return p
+
+
+def _shard(text: str) -> tuple[int, int]:
+    """--shard K/N: two integers with 1 <= K <= N."""
+    m = re.fullmatch(r"(\d+)/(\d+)", text.strip())
+    if not m or not 1 <= int(m[1]) <= int(m[2]):
+        raise argparse.ArgumentTypeError(
+            f"expected K/N with 1 <= K <= N, such as 1/2; got {text!r}")
+    return int(m[1]), int(m[2])
 
 
 def _machine(args):
@@ -741,7 +755,7 @@ def run_experiments(args) -> int:
         exp = EXPERIMENTS[i].smoke() if args.smoke else EXPERIMENTS[i]
         print(f"{exp.id}: {exp.title}\n  prediction: {exp.prediction}\n"
               f"  falsifier: {exp.falsifier}", flush=True)
-        recs = run_experiment(exp, root,
+        recs = run_experiment(exp, root, shard=args.shard,
                               log=lambda s: print(s, flush=True))
         print(summary_table(exp, recs, TABLE_METRICS.get(
             exp.id, ("val_loss",))), flush=True)
