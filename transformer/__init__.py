@@ -116,6 +116,7 @@ _WHERE = {  # public name -> module defining it
     "fit_temperature": "calibration",
     "load_trained": "calibration",
     "heldout_windows": "calibration",
+    "bootstrap_temperature": "calibration",
     "temperature_report": "calibration",
     "Experiment": "experiments",
     "init_grad_norms": "experiments",

@@ -12,6 +12,7 @@ __all__ = [
     "fit_temperature",
     "load_trained",
     "heldout_windows",
+    "bootstrap_temperature",
     "temperature_report",
 ]
 
@@ -266,92 +267,105 @@ def heldout_windows(model, tok, n_windows: int = 128, window: int = 128):
     return x, y, logits, len(val_ids)
 
 
+def _counts_of(draws: torch.Tensor) -> torch.Tensor:
+    """(R, n) resampled window indices -> (R, n) multiplicities."""
+    m = torch.zeros(draws.shape, dtype=torch.float64)  # (R, n)
+    return m.scatter_add_(1, draws.long(), torch.ones_like(m))
+
+
+def bootstrap_temperature(lf: torch.Tensor, yf: torch.Tensor,
+                          generator: torch.Generator, n_boot: int = 2000,
+                          seed: int = 0) -> tuple[float, list, float]:
+    """tau fitted on windows lf (W, T, V), yf (W, T); its percentile
+    bootstrap interval over windows from `n_boot` one-step refits
+    (eq. (eq-bootstrap-newton): per-window summed derivatives at the
+    fitted beta); and the largest relative gap between a one-step refit
+    and a full refit on one resample drawn with `generator`. Section "The
+    experiment"."""
+    from transformer.stats import bootstrap_ci
+    tau_hat = fit_temperature(lf, yf)
+    beta_hat = 1.0 / tau_hat
+    _, d1, d2 = nll_derivatives(lf, yf, beta_hat)  # (W, T) each
+    G, H = d1.sum(1), d2.sum(1)  # (W,) each
+    n_fit = lf.shape[0]
+
+    def tau_refit(draws):  # (R, n) -> (R,)
+        m = _counts_of(draws)  # (R, n)
+        return 1.0 / (beta_hat - (m @ G) / (m @ H))
+
+    ci = bootstrap_ci(list(range(n_fit)), tau_refit, n_boot=n_boot,
+                      seed=seed)
+    check = torch.randint(0, n_fit, (1, n_fit),
+                          generator=generator)  # (1, n)
+    exact = torch.tensor([fit_temperature(lf[r], yf[r]) for r in check])
+    one_step = tau_refit(check.double())  # (1,)
+    return tau_hat, list(ci), (one_step / exact - 1).abs().max().item()
+
+
+def _window_bin_sums(conf: torch.Tensor, correct: torch.Tensor,
+                     n_windows: int, n_bins: int) -> torch.Tensor:
+    """(N,) confidences and correctness of n_windows equal windows ->
+    (W, M, 3): per window and bin, count, sum of confidence, sum of
+    correct (eq. (eq-ece)'s totals)."""
+    out = []
+    for cw, kw in zip(conf.view(n_windows, -1),
+                      correct.view(n_windows, -1)):
+        bw = reliability_bins(cw, kw, n_bins)  # cw, kw: (T,)
+        n = bw.count.double()  # (M,)
+        out.append(torch.stack([n, (bw.confidence * n).nan_to_num(0.0),
+                                (bw.accuracy * n).nan_to_num(0.0)], -1))
+    return torch.stack(out)  # (W, M, 3)
+
+
+def _ece_of(sums: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """ECE of windows weighted by multiplicities m (R, W), from their bin
+    totals sums (W, M, 3) -> (R,)."""
+    tot = torch.einsum("rw,wmj->rmj", m, sums)  # (R, M, 3)
+    return (tot[..., 2] - tot[..., 1]).abs().sum(1) / tot[..., 0].sum(1)
+
+
 def temperature_report(logits: torch.Tensor, y: torch.Tensor,
                        n_bins: int = 15, seed: int = 0) -> dict:
     """The calibration experiment on held-out windows logits (W, T, V),
-    targets y (W, T): tau fitted on the even windows, with a bootstrap
-    interval over them (2,000 one-step refits, eq. (eq-bootstrap-newton),
-    checked against one full refit); on the odd windows, the ECE
-    (eq. (eq-ece), `n_bins` bins) before and after dividing by tau with
-    window-level bootstrap intervals, the ECE of 20 draws that are
-    calibrated by construction (the floor), and the NLL per window before
-    and after with the paired interval of the gain. Numbers and lists
-    only, ready for JSON. Section "The experiment"."""
+    targets y (W, T): bootstrap_temperature on the even windows; on the
+    odd ones, the ECE (eq. (eq-ece), `n_bins` bins) before and after
+    dividing by tau with window-level bootstrap intervals, the ECE of 20
+    draws that are calibrated by construction (the floor), and the NLL
+    per window before and after with the paired interval of the gain.
+    Numbers and lists only, ready for JSON. Section "The experiment"."""
     from transformer.stats import bootstrap_ci, paired_difference
     W = logits.shape[0]
-    fit_idx = torch.arange(0, W, 2)  # (W/2,)
-    eval_idx = torch.arange(1, W, 2)  # (W/2,)
-    lf, yf = logits[fit_idx], y[fit_idx]  # (W/2, T, V), (W/2, T)
-    le, ye = logits[eval_idx], y[eval_idx]  # (W/2, T, V), (W/2, T)
-    tau_hat = fit_temperature(lf, yf)
-    beta_hat = 1.0 / tau_hat
-
-    # one-step refits, eq-bootstrap-newton: per-window summed derivatives
-    _, d1, d2 = nll_derivatives(lf, yf, beta_hat)  # (W/2, T) each
-    G, H = d1.sum(1), d2.sum(1)  # (W/2,) each
-    n_fit = len(fit_idx)
-
-    def counts_of(draws):  # (R, n) window indices -> (R, n) multiplicities
-        m = torch.zeros(draws.shape, dtype=torch.float64)  # (R, n)
-        return m.scatter_add_(1, draws.long(), torch.ones_like(m))
-
-    def tau_refit(draws):  # (R, n) -> (R,)
-        m = counts_of(draws)  # (R, n)
-        return 1.0 / (beta_hat - (m @ G) / (m @ H))
-
-    tau_ci = bootstrap_ci(list(range(n_fit)), tau_refit, n_boot=2000,
-                          seed=seed)
+    lf, yf = logits[0::2], y[0::2]  # (W/2, T, V), (W/2, T): fit half
+    le, ye = logits[1::2], y[1::2]  # (W/2, T, V), (W/2, T): evaluation
     gen = torch.Generator().manual_seed(seed + 1)
-    check = torch.randint(0, n_fit, (1, n_fit), generator=gen)  # (1, n)
-    exact = torch.tensor([fit_temperature(lf[r], yf[r]) for r in check])
-    one_step = tau_refit(check.double())  # (1,)
-    step_err = (one_step / exact - 1).abs().max().item()
-
-    # evaluation half: per-window bin totals for eq-ece, before and after
+    tau_hat, tau_ci, step_err = bootstrap_temperature(lf, yf, gen,
+                                                      seed=seed)
     c0, k0 = top1_confidence(le, ye)  # (N,), (N,)
     c1, k1 = top1_confidence(le, ye, tau_hat)  # (N,), (N,)
     if not torch.equal(k0, k1):  # eq-temp-scaling: accuracy cannot move
         raise AssertionError("temperature changed a top-1 prediction")
-    W2 = len(eval_idx)
-
-    def window_bin_sums(conf):  # (N,) -> (W/2, M, 3): count, sum c, sum k
-        out = []
-        for cw, kw in zip(conf.view(W2, -1), k0.view(W2, -1)):
-            bw = reliability_bins(cw, kw, n_bins)  # cw, kw: (T,)
-            n = bw.count.double()  # (M,)
-            out.append(torch.stack([n, (bw.confidence * n).nan_to_num(0.0),
-                                    (bw.accuracy * n).nan_to_num(0.0)], -1))
-        return torch.stack(out)  # (W/2, M, 3)
-
-    S = {1.0: window_bin_sums(c0), tau_hat: window_bin_sums(c1)}
-
-    def ece_of(sums, m):  # sums (W/2, M, 3), m (R, W/2) -> (R,)
-        tot = torch.einsum("rw,wmj->rmj", m, sums)  # (R, M, 3)
-        return (tot[..., 2] - tot[..., 1]).abs().sum(1) / tot[..., 0].sum(1)
-
+    W2 = W // 2
+    S0 = _window_bin_sums(c0, k0, W2, n_bins)  # (W/2, M, 3)
+    S1 = _window_bin_sums(c1, k0, W2, n_bins)  # (W/2, M, 3)
     ones = torch.ones(1, W2, dtype=torch.float64)  # (1, W/2)
-    ece_before, ece_after = (ece_of(S[t], ones).item()
-                             for t in (1.0, tau_hat))
-    idx_e = list(range(W2))
-    ci_before = bootstrap_ci(idx_e, lambda d: ece_of(S[1.0], counts_of(d)),
-                             seed=seed)
-    ci_after = bootstrap_ci(idx_e, lambda d: ece_of(S[tau_hat],
-                                                    counts_of(d)), seed=seed)
-    ci_drop = bootstrap_ci(idx_e, lambda d: ece_of(S[1.0], counts_of(d))
-                           - ece_of(S[tau_hat], counts_of(d)), seed=seed)
+    idx = list(range(W2))
+    ci = {name: list(bootstrap_ci(idx, f, seed=seed)) for name, f in (
+        ("before", lambda d: _ece_of(S0, _counts_of(d))),
+        ("after", lambda d: _ece_of(S1, _counts_of(d))),
+        ("drop", lambda d: _ece_of(S0, _counts_of(d))
+         - _ece_of(S1, _counts_of(d))))}
     floor = [expected_calibration_error(
         c0, torch.rand(c0.shape, generator=gen, dtype=torch.float64) < c0,
         n_bins) for _ in range(20)]  # ECE of calibrated-by-construction
-
     nll_b = nll_derivatives(le, ye, 1.0)[0].mean(1).tolist()  # per window
-    nll_a = nll_derivatives(le, ye, beta_hat)[0].mean(1).tolist()
-    return {"tau_hat": tau_hat, "tau_ci": list(tau_ci),
-            "step_err": step_err, "n_bins": n_bins,
-            "n_eval_tokens": k0.numel(),
+    nll_a = nll_derivatives(le, ye, 1.0 / tau_hat)[0].mean(1).tolist()
+    return {"tau_hat": tau_hat, "tau_ci": tau_ci, "step_err": step_err,
+            "n_bins": n_bins, "n_eval_tokens": k0.numel(),
             "accuracy": k0.double().mean().item(),
-            "ece_before": ece_before, "ece_after": ece_after,
-            "ece_before_ci": list(ci_before), "ece_after_ci": list(ci_after),
-            "ece_drop_ci": list(ci_drop),
+            "ece_before": _ece_of(S0, ones).item(),
+            "ece_after": _ece_of(S1, ones).item(),
+            "ece_before_ci": ci["before"], "ece_after_ci": ci["after"],
+            "ece_drop_ci": ci["drop"],
             "ece_floor": torch.tensor(floor).median().item(),
             "ece_floor_draws": floor,
             "nll_before": nll_b, "nll_after": nll_a,

@@ -538,7 +538,9 @@ def summary_rows(exp: Experiment, records: list[dict],
     """One row per (stratum, value): for each metric a stats.Summary over
     the seeds (mean, t interval at 95%) of the finite values, plus how many
     runs diverged; a metric with no finite values is None (not applicable
-    or every run diverged). Section "Summaries"."""
+    or every run diverged). A point with one record (a deterministic probe)
+    has no interval: its metrics are None, and their values are under
+    row["single"]. Section "Summaries"."""
     rows = []
     for stratum in exp.strata:
         for value in exp.values:
@@ -551,6 +553,8 @@ def summary_rows(exp: Experiment, records: list[dict],
                 xs = [_metric(r, m) for r in recs]
                 xs = [x for x in xs if x is not None and math.isfinite(x)]
                 row[m] = summarize(xs) if len(xs) >= 2 else None
+                if len(recs) == 1 and xs:  # one seed: no interval
+                    row.setdefault("single", {})[m] = xs[0]
             rows.append(row)
     return rows
 
@@ -558,7 +562,8 @@ def summary_rows(exp: Experiment, records: list[dict],
 def summary_table(exp: Experiment, records: list[dict],
                   metrics: tuple[str, ...], digits: int = 3) -> str:
     """A markdown table of summary_rows: 'mean [lo, hi]' per metric (95%
-    t interval over seeds), 'n/a' where a metric does not apply."""
+    t interval over seeds), the value alone for a point with one seed (a
+    deterministic probe), 'n/a' where a metric does not apply."""
     rows = summary_rows(exp, records, metrics)
     head = ([exp.stratum] if exp.stratum else []) + [exp.variable, "seeds",
                                                       "diverged", *metrics]
@@ -568,8 +573,9 @@ def summary_table(exp: Experiment, records: list[dict],
         cells = ([str(row["stratum"])] if exp.stratum else []) + [
             str(row["value"]), str(row["n"]), str(row["diverged"])]
         for m in metrics:
-            s = row[m]
-            cells.append("n/a" if s is None else
+            s, one = row[m], row.get("single", {}).get(m)
+            cells.append(f"{one:.{digits}f}" if one is not None else
+                         "n/a" if s is None else
                          f"{s.mean:.{digits}f} [{s.lo:.{digits}f}, "
                          f"{s.hi:.{digits}f}]")
         lines.append("| " + " | ".join(cells) + " |")
