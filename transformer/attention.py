@@ -96,6 +96,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return out, weights
 
 
+def _normal(rows: int, d_k: int, generator: torch.Generator) -> torch.Tensor:
+    """(rows, d_k) standard-normal float64 entries drawn with `generator`."""
+    return torch.randn(rows, d_k, generator=generator, dtype=torch.float64)
+
+
 def score_variance(widths, n: int,
                    generator: torch.Generator) -> list[tuple]:
     """(d_k, Var(q.k), Var(q.k / sqrt(d_k))) for each head width d_k, from
@@ -104,10 +109,8 @@ def score_variance(widths, n: int,
     a lookup that is learned", section "Why divide by sqrt(d_k)"."""
     rows = []
     for d_k in widths:
-        qs = torch.randn(n, d_k, generator=generator,
-                         dtype=torch.float64)  # (N, Dh)
-        ks = torch.randn(n, d_k, generator=generator,
-                         dtype=torch.float64)  # (N, Dh)
+        qs = _normal(n, d_k, generator)  # (N, Dh)
+        ks = _normal(n, d_k, generator)  # (N, Dh)
         dots = (qs * ks).sum(-1)  # (N,)
         rows.append((d_k, dots.var().item(),
                      (dots / math.sqrt(d_k)).var().item()))
@@ -137,10 +140,8 @@ def score_saturation(widths, n_rows: int, n_keys: int,
     Section "What the scale buys, measured"."""
     rows = []
     for d_k in widths:
-        qs = torch.randn(n_rows, d_k, generator=generator,
-                         dtype=torch.float64)  # (N, Dh)
-        ks = torch.randn(n_keys, d_k, generator=generator,
-                         dtype=torch.float64)  # (S, Dh)
+        qs = _normal(n_rows, d_k, generator)  # (N, Dh)
+        ks = _normal(n_keys, d_k, generator)  # (S, Dh)
         raw = qs @ ks.T  # (N, S)
         rows.append((d_k, *softmax_row_stats(raw / math.sqrt(d_k)),
                      *softmax_row_stats(raw)))
