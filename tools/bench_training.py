@@ -40,18 +40,18 @@ and "Training" (section "Performance").
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 
 # a cold compiler cache, so that `first_step_s` of a compiled model is the
 # compile a new user waits for (set before torch is imported; --warm-cache
 # keeps the user's cache instead)
-if "--warm-cache" not in __import__("sys").argv:
+if "--warm-cache" not in sys.argv:
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(
         prefix="inductor-cold-")
 
 import argparse
 import gc
-import sys
 import time
 from pathlib import Path
 

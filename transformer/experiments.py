@@ -51,7 +51,6 @@ import os
 import platform
 import re
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -63,7 +62,7 @@ from transformer.attention import attention, causal_mask
 from transformer.baseline import baseline_losses, get_batch, token_stream
 from transformer.model import GPT, GPTConfig
 from transformer.positions import apply_rope
-from transformer.stats import format_summary, summarize
+from transformer.stats import summarize
 from transformer.training import (PRESETS, TrainConfig, evaluate,
                                   heldout_losses, init_model, train)
 
@@ -281,10 +280,12 @@ def _run_name(exp: Experiment, stratum, value, seed) -> str:
     return re.sub(r"[^A-Za-z0-9_.=-]", "-", name) + ".json"
 
 
-def config_hash(mc: GPTConfig, cfg: TrainConfig) -> str:
+def config_hash(mc: GPTConfig | dict, cfg: TrainConfig | dict) -> str:
     """A short sha256 of both configurations as JSON (sorted keys): two
-    records with one hash were trained from the same full recipe."""
-    text = json.dumps({"model": asdict(mc), "run": asdict(cfg)},
+    records with one hash were trained from the same full recipe. Either
+    may be given as the dict a record stores."""
+    as_dict = (lambda c: c if isinstance(c, dict) else asdict(c))
+    text = json.dumps({"model": as_dict(mc), "run": as_dict(cfg)},
                       sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -1250,7 +1251,6 @@ def train_recall(model: torch.nn.Module, steps: int, batch_size: int,
                       min_lr=lr / 10, warmup_steps=warmup_steps,
                       grad_clip=grad_clip, weight_decay=0.0, beta2=0.999,
                       seed=seed, checkpoint_interval=0)
-    model.train()
     return train(_RecallLoss(model), batches, None, cfg)["train_loss"]
 
 

@@ -621,14 +621,14 @@ def _check_train_args(model, train_ids, val_ids, cfg, checkpoint_path,
         if not isinstance(value, kind):
             raise ValueError(f"{name}: expected a {what}, "
                              f"got {type(value).__name__}")
-    own = callable(train_ids)  # a batch source: no windows to check
-    for name, ids in (("train_ids", train_ids), ("val_ids", val_ids)):
-        if own and (name == "train_ids" or ids is None):
-            continue
+    streams = [("train_ids", train_ids), ("val_ids", val_ids)]
+    if callable(train_ids):  # a batch source: only held-out ids, if any
+        streams = [] if val_ids is None else streams[1:]
+    for name, ids in streams:
         if not (isinstance(ids, torch.Tensor) and ids.dtype == torch.int64
                 and ids.dim() == 1):
             raise ValueError(f"{name}: expected a 1-D int64 tensor")
-    if own and val_ids is None:
+    if not streams:
         return cfg.seq_len
     max_len = getattr(getattr(model, "config", None), "block_size", None)
     seq_len = cfg.seq_len if cfg.seq_len is not None else max_len
@@ -638,9 +638,7 @@ def _check_train_args(model, train_ids, val_ids, cfg, checkpoint_path,
     if max_len is not None and seq_len > max_len:
         raise ValueError(f"seq_len: expected <= the model's block_size = "
                          f"{max_len}, got {seq_len}")
-    for name, ids in ((n, i) for n, i in (("train_ids", train_ids),
-                                           ("val_ids", val_ids)) if
-                      not callable(i)):
+    for name, ids in streams:
         if len(ids) <= seq_len:
             raise ValueError(f"{name}: expected more than seq_len = "
                              f"{seq_len} tokens, got {len(ids)}")
