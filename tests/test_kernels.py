@@ -118,6 +118,44 @@ def test_gelu_and_cross_entropy_against_torch():
     assert torch.equal(first, z.grad)
 
 
+def test_gelu_in_chunks_changes_no_value():
+    """Above kernels._CHUNK values the forward and backward run chunk by
+    chunk (move 6): on one thread the same bits as one pass over the whole
+    tensor, a ragged last chunk and a non-contiguous input included (on
+    more threads a split point may move a last bit), and within float32
+    rounding of PyTorch's own tanh-GELU."""
+    import transformer.kernels as K
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _gelu_chunks_case(K)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _gelu_chunks_case(K):
+    g = torch.Generator().manual_seed(3)
+    n = 2 * K._CHUNK + 1000  # two full chunks and a ragged third
+    base = 3 * torch.randn(n // 8, 16, generator=g)  # (n/8, 16)
+    dy = torch.randn(16, n // 8, generator=g)  # (16, n/8)
+    results = []
+    for chunk in (K._CHUNK, 1 << 40):  # chunked, then one pass
+        old, K._CHUNK = K._CHUNK, chunk
+        try:
+            x = base.t().requires_grad_()  # (16, n/8), not contiguous
+            y = gelu_tanh_fused(x)
+            y.backward(dy)
+            results.append((y.detach(), x.grad))
+        finally:
+            K._CHUNK = old
+    (y1, g1), (y2, g2) = results
+    assert torch.equal(y1, y2) and torch.equal(g1, g2)
+    ref = base.t().clone().requires_grad_()
+    F.gelu(ref, approximate="tanh").backward(dy)
+    torch.testing.assert_close(y1, F.gelu(base.t(), approximate="tanh"),
+                               rtol=0, atol=1e-5)
+    torch.testing.assert_close(g1, ref.grad, rtol=0, atol=1e-5)
+
 def _both(cfg, B=2, T=12, seed=0):
     """Loss, logits and gradients of the same weights, fused and not."""
     g = torch.Generator().manual_seed(seed)

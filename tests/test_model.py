@@ -225,6 +225,35 @@ def test_weight_tying():
     assert untied.n_params() - tied.n_params() == 13 * 8
 
 
+def test_decode_unembedding_copy_follows_the_table():
+    """A decode call (no grad, a few positions) multiplies by a (D, V) copy
+    of the tied table: the same logits as lm_head within float32 rounding,
+    and a changed table (in place, or loaded) is never served stale."""
+    import transformer.model as M
+    cfg = GPTConfig(vocab_size=300, block_size=16, n_layer=1, n_head=2,
+                    n_embd=32)
+    torch.manual_seed(0)
+    model = GPT(cfg).eval()
+    idx = torch.randint(0, 300, (1, 1))
+    h = torch.randn(1, 1, 32)
+    with torch.no_grad():
+        ref = model.lm_head(h)
+        torch.testing.assert_close(M._unembed(model, h), ref, rtol=0,
+                                   atol=1e-5)
+        assert "_unembed_dv" in model.__dict__  # the copy was made
+        model.wte.weight.mul_(2.0)  # in place: the version counter moves
+        torch.testing.assert_close(M._unembed(model, h), 2 * ref, rtol=0,
+                                   atol=1e-5)
+        other = GPT(cfg).eval()
+        model.load_state_dict(other.state_dict())
+        torch.testing.assert_close(model(idx)[0], other(idx)[0], rtol=0,
+                                   atol=1e-5)
+    # with autograd on, or more than a few positions, lm_head itself
+    assert torch.equal(M._unembed(model, h), model.lm_head(h))
+    with torch.no_grad():
+        wide = torch.randn(1, M._DECODE_ROWS + 1, 32)
+        assert torch.equal(M._unembed(model, wide), model.lm_head(wide))
+
 def test_heads_cost_the_same():
     counts = {sum(p.numel() for p in CausalSelfAttention(
         tiny(n_embd=32, n_head=h)).parameters()) for h in (1, 2, 4, 8, 16)}

@@ -221,15 +221,32 @@ _GELU_A = 0.044715  # a in eq-gelu-sigmoid
 _TWO_C = torch.tensor(2 * _GELU_C, dtype=torch.float64)
 
 
-def _gelu_poly(x: torch.Tensor, k: float) -> torch.Tensor:
+def _gelu_poly(x: torch.Tensor, k: float,
+               out: torch.Tensor | None = None) -> torch.Tensor:
     """x (2c + k x^2), elementwise, in two passes: one addcmul (2c plus
-    k x x) and one product."""
-    return torch.addcmul(_TWO_C, x, x, value=k).mul_(x)
+    k x x) and one product; written into `out` if given."""
+    return torch.addcmul(_TWO_C, x, x, value=k, out=out).mul_(x)
 
 
-def _gelu_gate(x: torch.Tensor) -> torch.Tensor:
+def _gelu_gate(x: torch.Tensor,
+               out: torch.Tensor | None = None) -> torch.Tensor:
     """r = sig(2u), 2u = x (2c + 2ca x^2), elementwise (eq-gelu-sigmoid)."""
-    return _gelu_poly(x, 2 * _GELU_C * _GELU_A).sigmoid_()
+    return _gelu_poly(x, 2 * _GELU_C * _GELU_A, out).sigmoid_()
+
+
+_CHUNK = 1 << 17  # values per chunk: 512 KiB of float32 per operand
+
+
+def _chunks(*tensors: torch.Tensor) -> list[list[torch.Tensor]]:
+    """Matching flat slices of equally sized contiguous `tensors`, about
+    _CHUNK values each: a chain of elementwise passes run one slice at a
+    time reads main memory once and then works in cache. One slice, the
+    whole of each tensor, inside a compiled graph."""
+    flat = [t.view(-1) for t in tensors]  # (n,) each
+    n = flat[0].numel()
+    if torch.compiler.is_compiling() or n <= _CHUNK:
+        return [flat]
+    return [[f[a:a + _CHUNK] for f in flat] for a in range(0, n, _CHUNK)]
 
 
 class _GeluTanh(torch.autograd.Function):
@@ -238,16 +255,22 @@ class _GeluTanh(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x):
-        r = _gelu_gate(x)
+        x = x.contiguous()
+        r, y = torch.empty_like(x), torch.empty_like(x)
+        for xs, rs, ys in _chunks(x, r, y):  # the whole chain per chunk
+            torch.mul(xs, _gelu_gate(xs, out=rs), out=ys)  # x r
         ctx.save_for_backward(x, r)
-        return x * r
+        return y
 
     @staticmethod
     def backward(ctx, dy):
         x, r = ctx.saved_tensors
-        d = _gelu_poly(x, 6 * _GELU_C * _GELU_A)  # x * d(2u)/dx
-        d.addcmul_(d, r, value=-1).add_(1)  # 1 + x (1 - r) d(2u)/dx
-        return d.mul_(r).mul_(dy)  # (r + x r (1 - r) d(2u)/dx) dy
+        dx = torch.empty_like(x)
+        for xs, rs, dys, d in _chunks(x, r, dy.contiguous(), dx):
+            _gelu_poly(xs, 6 * _GELU_C * _GELU_A, d)  # x * d(2u)/dx
+            d.addcmul_(d, rs, value=-1).add_(1)  # 1 + x (1 - r) d(2u)/dx
+            d.mul_(rs).mul_(dys)  # (r + x r (1 - r) d(2u)/dx) dy
+        return dx
 
 
 def gelu_tanh_fused(x: torch.Tensor) -> torch.Tensor:

@@ -353,7 +353,7 @@ class GPT(nn.Module):
         x = self.drop(x)  # (B, T, D)
         for i, block in enumerate(self.blocks):
             x = block(x, start_pos, None if caches is None else caches[i])
-        logits = self.lm_head(self.ln_f(x))  # (B, T, V)
+        logits = _unembed(self, self.ln_f(x))  # (B, T, V)
         return logits, (None if targets is None
                         else _loss(cfg, logits, targets))
 
@@ -423,6 +423,27 @@ def _loss(cfg: GPTConfig, logits: torch.Tensor,
             check_targets(logits, targets)
         return kernels.cross_entropy_mean(logits, targets)
     return cross_entropy(logits, targets)
+
+
+_DECODE_ROWS = 8  # a call with at most this many positions is a decode step
+
+
+def _unembed(model: "GPT", h: torch.Tensor) -> torch.Tensor:
+    """logits = h Eᵀ with E = lm_head.weight (V, D): (B, T, D) ->
+    (B, T, V). A decode step (no autograd, B T <= _DECODE_ROWS, not
+    compiling) multiplies by a cached copy of E stored (D, V), remade when
+    E's storage or version changes. Chapter "Multi-head attention, the
+    block and the GPT model", section "The full model"."""
+    w = model.lm_head.weight  # (V, D)
+    if (torch.is_grad_enabled() or torch.compiler.is_compiling()
+            or h.shape[0] * h.shape[1] > _DECODE_ROWS):
+        return model.lm_head(h)  # (B, T, V)
+    key = (w.data_ptr(), w._version, w.dtype, w.device)
+    cached = model.__dict__.get("_unembed_dv")  # (key, E stored (D, V))
+    if cached is None or cached[0] != key:
+        cached = (key, w.detach().t().contiguous())  # (D, V)
+        model.__dict__["_unembed_dv"] = cached
+    return h @ cached[1]  # (B, T, V)
 
 
 def compile_model(model: GPT, **options):
