@@ -136,6 +136,32 @@ def test_adamw_bit_identical_to_torch(dtype):
         assert torch.equal(p, q)
 
 
+def test_adamw_in_chunks_bit_identical_to_torch():
+    """A parameter of several cache chunks (kernels._CHUNK values each, a
+    ragged last one) is updated chunk by chunk: on one thread the same
+    bits as torch.optim.AdamW's whole-tensor passes, step after step."""
+    import transformer.kernels as K
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        g = torch.Generator().manual_seed(0)
+        init = torch.randn(2 * K._CHUNK + 777, generator=g)
+        ours = torch.nn.Parameter(init.clone())
+        ref = torch.nn.Parameter(init.clone())
+        opt = AdamW([ours], lr=1e-2, weight_decay=0.1)
+        ref_opt = torch.optim.AdamW([ref], lr=1e-2, weight_decay=0.1)
+        for _ in range(3):
+            grad = torch.randn(init.shape, generator=g)
+            ours.grad, ref.grad = grad.clone(), grad.clone()
+            opt.step()
+            ref_opt.step()
+        assert len(K.cache_chunks(ours.data)) == 3
+        assert torch.equal(ours, ref)
+        assert torch.equal(opt.state[ours]["exp_avg_sq"],
+                           ref_opt.state[ref]["exp_avg_sq"])
+    finally:
+        torch.set_num_threads(threads)
+
 def test_adamw_param_groups_and_schedule():
     ours, ref = small_net(2), small_net(2)
 

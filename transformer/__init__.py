@@ -159,6 +159,7 @@ _WHERE = {  # public name -> module defining it
     "causal_attention": "kernels",
     "layer_norm": "kernels",
     "rms_norm": "kernels",
+    "cache_chunks": "kernels",
     "gelu_tanh_fused": "kernels",
     "cross_entropy_mean": "kernels",
     "time_calls": "bench",

@@ -6,6 +6,7 @@ __all__ = [
     "causal_attention",
     "layer_norm",
     "rms_norm",
+    "cache_chunks",
     "gelu_tanh_fused",
     "cross_entropy_mean",
 ]
@@ -237,15 +238,17 @@ def _gelu_gate(x: torch.Tensor,
 _CHUNK = 1 << 17  # values per chunk: 512 KiB of float32 per operand
 
 
-def _chunks(*tensors: torch.Tensor) -> list[list[torch.Tensor]]:
-    """Matching flat slices of equally sized contiguous `tensors`, about
-    _CHUNK values each: a chain of elementwise passes run one slice at a
-    time reads main memory once and then works in cache. One slice, the
-    whole of each tensor, inside a compiled graph."""
+def cache_chunks(*tensors: torch.Tensor) -> list[list[torch.Tensor]]:
+    """Matching flat slices of equally sized `tensors`, about _CHUNK
+    values each: a chain of elementwise passes run one slice at a time
+    reads main memory once and then works in cache. One chunk, the
+    tensors themselves, inside a compiled graph, for small tensors, and
+    where one is not contiguous."""
+    n = tensors[0].numel()
+    if (torch.compiler.is_compiling() or n <= _CHUNK
+            or not all(t.is_contiguous() for t in tensors)):
+        return [list(tensors)]
     flat = [t.view(-1) for t in tensors]  # (n,) each
-    n = flat[0].numel()
-    if torch.compiler.is_compiling() or n <= _CHUNK:
-        return [flat]
     return [[f[a:a + _CHUNK] for f in flat] for a in range(0, n, _CHUNK)]
 
 
@@ -257,7 +260,7 @@ class _GeluTanh(torch.autograd.Function):
     def forward(ctx, x):
         x = x.contiguous()
         r, y = torch.empty_like(x), torch.empty_like(x)
-        for xs, rs, ys in _chunks(x, r, y):  # the whole chain per chunk
+        for xs, rs, ys in cache_chunks(x, r, y):  # the whole chain per chunk
             torch.mul(xs, _gelu_gate(xs, out=rs), out=ys)  # x r
         ctx.save_for_backward(x, r)
         return y
@@ -266,7 +269,8 @@ class _GeluTanh(torch.autograd.Function):
     def backward(ctx, dy):
         x, r = ctx.saved_tensors
         dx = torch.empty_like(x)
-        for xs, rs, dys, d in _chunks(x, r, dy.contiguous(), dx):
+        dy = dy.contiguous()
+        for xs, rs, dys, d in cache_chunks(x, r, dy, dx):
             _gelu_poly(xs, 6 * _GELU_C * _GELU_A, d)  # x * d(2u)/dx
             d.addcmul_(d, rs, value=-1).add_(1)  # 1 + x (1 - r) d(2u)/dx
             d.mul_(rs).mul_(dys)  # (r + x r (1 - r) d(2u)/dx) dy

@@ -14,6 +14,8 @@ from collections.abc import Iterable
 
 import torch
 
+from transformer.kernels import cache_chunks
+
 
 def _check_number(name: str, value, low: float, high: float | None = None,
                   high_open: bool = False) -> None:
@@ -41,6 +43,25 @@ def _check_hyperparameters(group: dict) -> None:
     _check_number("betas[1]", betas[1], 0.0, 1.0, high_open=True)
     _check_number("eps", group["eps"], 0.0)
     _check_number("weight_decay", group["weight_decay"], 0.0)
+
+
+def _adamw_update(p: torch.Tensor, g: torch.Tensor, m: torch.Tensor,
+                  v: torch.Tensor, t: int, lr: float, betas, eps: float,
+                  wd: float) -> None:
+    """Step t of AdamW for parameter p with gradient g and moments m, v,
+    all in place, one cache-sized chunk at a time. Implements eqs.
+    (eq-adam-moments), (eq-adam-bias) and (eq-adamw)."""
+    beta1, beta2 = betas
+    # bias corrections (eq-adam-bias), folded into the step:
+    # m_hat / (sqrt(v_hat) + eps) with m_hat = m / (1 - b1^t)
+    step_size = lr / (1 - beta1 ** t)
+    root2 = (1 - beta2 ** t) ** 0.5
+    for ps, gs, ms, vs in cache_chunks(p, g, m, v):
+        ps.mul_(1 - lr * wd)  # decoupled decay (eq-adamw)
+        ms.lerp_(gs, 1 - beta1)  # m <- b1 m + (1 - b1) g
+        vs.mul_(beta2).addcmul_(gs, gs, value=1 - beta2)
+        denom = (vs.sqrt() / root2).add_(eps)
+        ps.addcdiv_(ms, denom, value=-step_size)
 
 
 class AdamW(torch.optim.Optimizer):
@@ -72,8 +93,6 @@ class AdamW(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         for group in self.param_groups:
-            lr, wd, eps = group["lr"], group["weight_decay"], group["eps"]
-            beta1, beta2 = group["betas"]
             for p in group["params"]:
                 if p.grad is None:
                     continue
@@ -87,16 +106,9 @@ class AdamW(torch.optim.Optimizer):
                     state["exp_avg"] = torch.zeros_like(p)  # m, like p
                     state["exp_avg_sq"] = torch.zeros_like(p)  # v, like p
                 state["step"] += 1
-                t = state["step"]
-                m, v = state["exp_avg"], state["exp_avg_sq"]
-                p.mul_(1 - lr * wd)  # decoupled decay (eq-adamw)
-                m.lerp_(g, 1 - beta1)  # m <- b1 m + (1 - b1) g
-                v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-                # bias corrections (eq-adam-bias), folded into the step:
-                # m_hat / (sqrt(v_hat) + eps) with m_hat = m / (1 - b1^t)
-                step_size = lr / (1 - beta1 ** t)
-                denom = (v.sqrt() / (1 - beta2 ** t) ** 0.5).add_(eps)
-                p.addcdiv_(m, denom, value=-step_size)
+                _adamw_update(p, g, state["exp_avg"], state["exp_avg_sq"],
+                              state["step"], group["lr"], group["betas"],
+                              group["eps"], group["weight_decay"])
         return loss
 
 
