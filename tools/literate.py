@@ -16,19 +16,23 @@ from __future__ import annotations
 import argparse
 import sys
 
-from literate_export import (constant_names, export, exported_names,
+from literate_export import (constant_names, expected_package, export,
+                             exported_names,
                              package_problems, public_names, render_init,
                              render_module)
 from literate_notebooks import (execute, generate, kernel_env,
                                 notebook_problems, status_problems)
 from literate_source import (Chapter, Paths, chapter_definition,
-                             chapter_paths, directives, read_chapter)
+                             chapter_paths, directives, parse_chapter,
+                             read_chapter)
 
 __all__ = [  # what tests, tools and conftest.py use through this module
     "Chapter", "Paths", "chapter_definition", "chapter_paths",
-    "constant_names", "directives", "execute", "export", "exported_names",
+    "constant_names", "directives", "execute", "expected_package", "export",
+    "exported_names",
     "generate", "kernel_env", "notebook_problems", "package_problems",
-    "public_names", "read_chapter", "render_init", "render_module",
+    "parse_chapter", "public_names", "read_chapter", "render_init",
+    "render_module",
     "status_problems"]
 
 

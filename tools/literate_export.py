@@ -45,24 +45,27 @@ def constant_names(sources: list[str]) -> set[str]:
             for n in _bound_names(node) if n.isupper()}
 
 
-def exported_names(ch: Chapter) -> list[str]:
+def exported_names(ch: Chapter, module: str | None = None) -> list[str]:
     """A module's `__all__`: its public names less the constants (ALL_CAPS),
-    which stay reachable as `transformer.<module>.NAME`. Transitional: the
-    old per-module command entry points (`main`, `*_main`) are left out
-    until the command line owns all argument parsing."""
-    consts = constant_names(ch.cells)
-    return [n for n in public_names(ch.cells) if n not in consts
-            and n != "main" and not n.endswith("_main")]
+    which stay reachable as `transformer.<module>.NAME`. The command-line
+    module's `main` is left out: `python -m transformer` reaches it through
+    `__main__`."""
+    module = module or ch.module
+    cells = ch.modules()[module]
+    consts = constant_names(cells)
+    entry = {"main"} if ch.command_line and module == ch.module else set()
+    return [n for n in public_names(cells) if n not in consts | entry]
 
 
-def render_module(ch: Chapter) -> str:
-    names = exported_names(ch)
+def render_module(ch: Chapter, module: str | None = None) -> str:
+    module = module or ch.module
+    names = exported_names(ch, module)
     head = BANNER.format(source=ch.rel)
     head += "from __future__ import annotations\n\n"
-    if names and not ch.module.startswith("_"):
+    if names and not module.startswith("_"):
         items = "".join(f'    "{n}",\n' for n in names)
         head += f"__all__ = [\n{items}]\n"
-    body = "\n\n\n".join(c.strip("\n") for c in ch.cells)
+    body = "\n\n\n".join(c.strip("\n") for c in ch.modules()[module])
     return head + "\n\n" + body + "\n"
 
 
@@ -104,15 +107,18 @@ def reexports(chapters: list[Chapter]) -> dict[str, str]:
     """{public name: module} for the package `__init__`, in chapter order."""
     where: dict[str, str] = {}
     for ch in chapters:
-        if not ch.module or ch.module.startswith("_") or ch.command_line:
-            continue
-        for name in exported_names(ch):
-            if name in where:
-                raise ValueError(
-                    f"{name!r} is exported by both transformer/{where[name]}"
-                    f".py and transformer/{ch.module}.py ({ch.rel}): rename "
-                    "one, or make it private with a leading underscore")
-            where[name] = ch.module
+        for module in ch.modules():
+            if module.startswith("_") or (ch.command_line
+                                          and module == ch.module):
+                continue
+            for name in exported_names(ch, module):
+                if name in where:
+                    raise ValueError(
+                        f"{name!r} is exported by both transformer/"
+                        f"{where[name]}.py and transformer/{module}.py "
+                        f"({ch.rel}): rename one, or make it private with "
+                        "a leading underscore")
+                where[name] = module
     return where
 
 
@@ -133,13 +139,12 @@ def expected_package() -> dict[Path, str]:
     files: dict[Path, str] = {}
     owner: dict[str, str] = {}
     for ch in chapters:
-        if not ch.module:
-            continue
-        if ch.module in owner:
-            raise ValueError(f"module {ch.module!r} exported by both "
-                             f"{owner[ch.module]} and {ch.rel}")
-        owner[ch.module] = ch.rel
-        files[Paths.PACKAGE / f"{ch.module}.py"] = render_module(ch)
+        for module in ch.modules():  # a module has exactly one chapter
+            if module in owner:
+                raise ValueError(f"module {module!r} exported by both "
+                                 f"{owner[module]} and {ch.rel}")
+            owner[module] = ch.rel
+            files[Paths.PACKAGE / f"{module}.py"] = render_module(ch, module)
         if ch.command_line:  # `python -m transformer` runs its main()
             files[Paths.PACKAGE / "__main__.py"] = (
                 BANNER.format(source=ch.rel)

@@ -8,6 +8,9 @@ source. `literate_export.py` turns their `#| export` cells into
 Directives (first lines of a code cell, nbdev style):
     #| default_exp NAME   the chapter exports into transformer/NAME.py
     #| export             this cell goes into that module
+    #| export NAME        this cell goes into transformer/NAME.py instead
+                          (nbdev's per-cell target): a chapter may own
+                          several modules, a module has exactly one chapter
     #| command_line       (with default_exp) the module is the command line:
                           `python -m transformer` runs its `main`, and the
                           package does not re-export its names
@@ -37,6 +40,13 @@ class Chapter:
     module: str | None = None
     cells: list[str] = field(default_factory=list)  # exported sources
     command_line: bool = False
+    # cells sent elsewhere by `#| export NAME`, {module: sources}
+    others: dict[str, list[str]] = field(default_factory=dict)
+
+    def modules(self) -> dict[str, list[str]]:
+        """{module: its exported sources}, the default module first."""
+        own = {self.module: self.cells} if self.module else {}
+        return {**own, **self.others}
 
     @property
     def name(self) -> str:
@@ -87,9 +97,18 @@ def parse_chapter(path: Path) -> Chapter:
             ch.module = found["default_exp"]
             ch.command_line = "command_line" in found
         if "export" in found:
-            ch.cells.append(body)
+            target = found["export"]
+            if not target:
+                ch.cells.append(body)
+            elif not re.fullmatch(r"[a-z_][a-z0-9_]*", target):
+                raise ValueError(f"{ch.rel}: `#| export {target}` is not a "
+                                 "module name (lower case, digits, _)")
+            else:
+                ch.others.setdefault(target, []).append(body)
     if ch.cells and ch.module is None:
         raise ValueError(f"{ch.rel}: `#| export` cells but no `#| default_exp`")
+    if ch.module in ch.others:  # `#| export NAME` naming the default module
+        ch.cells += ch.others.pop(ch.module)
     return ch
 
 
@@ -104,9 +123,9 @@ def chapter_definition(chapter: str, name: str):
     path = Paths.CHAPTERS / f"{chapter}.md"
     ch = parse_chapter(path)
     namespace: dict = {}
-    if ch.module:
+    for module in ch.modules():
         namespace.update(vars(importlib.import_module(
-            f"transformer.{ch.module}")))
+            f"transformer.{module}")))
     for cell in read_chapter(path).cells:
         if cell.cell_type != "code":
             continue
