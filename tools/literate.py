@@ -17,9 +17,8 @@ import argparse
 import sys
 
 from literate_export import (constant_names, expected_package, export,
-                             exported_names,
-                             package_problems, public_names, render_init,
-                             render_module)
+                             exported_names, package_problems, public_names,
+                             render_init, render_module)
 from literate_notebooks import (execute, generate, kernel_env,
                                 notebook_problems, status_problems)
 from literate_source import (Chapter, Paths, chapter_definition,
@@ -29,11 +28,9 @@ from literate_source import (Chapter, Paths, chapter_definition,
 __all__ = [  # what tests, tools and conftest.py use through this module
     "Chapter", "Paths", "chapter_definition", "chapter_paths",
     "constant_names", "directives", "execute", "expected_package", "export",
-    "exported_names",
-    "generate", "kernel_env", "notebook_problems", "package_problems",
-    "parse_chapter", "public_names", "read_chapter", "render_init",
-    "render_module",
-    "status_problems"]
+    "exported_names", "generate", "kernel_env", "notebook_problems",
+    "package_problems", "parse_chapter", "public_names", "read_chapter",
+    "render_init", "render_module", "status_problems"]
 
 
 def main(argv: list[str] | None = None) -> int:
