@@ -5,6 +5,8 @@
 #   make notebooks   export, then regenerate and execute book/*.ipynb
 #                    (one chapter: make notebooks NB=01_softmax); also
 #                    rewrites the execution record and book/status.md
+#   make refresh     carry prose and tag edits into the executed notebooks
+#                    whose code cells are unchanged (outputs kept)
 #   make numbers     collect the executed notebooks' glued numbers into
 #                    results/report/book_numbers.json (what REPORT.md quotes)
 #   make all         export, notebooks, numbers, test, book
@@ -13,7 +15,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 NB     ?=
 
-.PHONY: setup data mathjax export notebooks numbers test test-other-host book all clean
+.PHONY: setup data mathjax export notebooks refresh numbers test test-other-host book all clean
 .DEFAULT_GOAL := book
 
 setup: $(VENV)/.installed data mathjax
@@ -35,6 +37,9 @@ export: $(VENV)/.installed
 
 notebooks: export
 	$(PY) tools/literate.py execute $(NB)
+
+refresh: export
+	$(PY) tools/literate.py refresh $(NB)
 
 numbers: $(VENV)/.installed
 	$(PY) tools/book_numbers.py

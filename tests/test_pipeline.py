@@ -116,6 +116,30 @@ def test_guard_catches_unexecuted_notebook(tree):
     assert "unexecuted" in problem
 
 
+def test_refresh_carries_prose_and_tags_and_refuses_changed_code(tree):
+    ch = tree / "chapters" / "01_softmax.md"
+    nb_path = tree / "book" / "01_softmax.ipynb"
+    before = nbformat.read(nb_path, as_version=4)
+    text = ch.read_text()
+    first_code = text.index("```{code-cell}")
+    ch.write_text(text[:first_code] + "A sentence added by hand.\n\n"
+                  + text[first_code:].replace("```{code-cell} ipython3\n",
+                                              "```{code-cell} ipython3\n"
+                                              ":tags: [remove-input]\n", 1))
+    assert literate.notebook_problems()  # stale until refreshed
+    assert literate.refresh(["01_softmax"]) == []
+    assert literate.notebook_problems() == []
+    after = nbformat.read(nb_path, as_version=4)
+    outs = lambda nb: [c.outputs for c in nb.cells  # noqa: E731
+                       if c.cell_type == "code"]
+    assert outs(after) == outs(before)  # every output kept, none re-made
+    # A change to code is never refreshed: its outputs would be stale.
+    ch.write_text(ch.read_text().replace("m = z.amax(dim=-1, keepdim=True)",
+                                         "m = z.amax(-1, keepdim=True)"))
+    assert literate.refresh(["01_softmax"]) == ["01_softmax"]
+    assert nbformat.read(nb_path, as_version=4) == after
+
+
 def test_guard_catches_notebook_without_chapter(tree):
     shutil.copy(tree / "book" / "01_softmax.ipynb",
                 tree / "book" / "99_ghost.ipynb")

@@ -3,6 +3,7 @@
     python tools/literate.py export [--check]      # transformer/*.py
     python tools/literate.py notebooks [NAME ...]  # book/NAME.ipynb, unexecuted
     python tools/literate.py execute [NAME ...]    # run them in place (cwd book/)
+    python tools/literate.py refresh [NAME ...]    # prose/tag edits, outputs kept
     python tools/literate.py check                 # all in-step checks, no writes
 
 The work lives in three short modules: `literate_source.py` (reading
@@ -20,7 +21,8 @@ from literate_export import (constant_names, expected_package, export,
                              exported_names, package_problems, public_names,
                              render_init, render_module)
 from literate_notebooks import (execute, generate, kernel_env,
-                                notebook_problems, status_problems)
+                                notebook_problems, refresh,
+                                status_problems)
 from literate_source import (Chapter, Paths, chapter_definition,
                              chapter_paths, directives, parse_chapter,
                              read_chapter)
@@ -30,7 +32,7 @@ __all__ = [  # what tests, tools and conftest.py use through this module
     "constant_names", "directives", "execute", "expected_package", "export",
     "exported_names", "generate", "kernel_env", "notebook_problems",
     "package_problems", "parse_chapter", "public_names", "read_chapter",
-    "render_init", "render_module", "status_problems"]
+    "refresh", "render_init", "render_module", "status_problems"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     for cmd in ("notebooks", "execute"):
         p = sub.add_parser(cmd)
         p.add_argument("names", nargs="*", help="chapter names (default all)")
+    p = sub.add_parser("refresh", help="carry prose and tag edits into "
+                       "executed notebooks whose code is unchanged")
+    p.add_argument("names", nargs="*", help="chapter names (default all)")
     sub.add_parser("check", help="every in-step check; exit 1 on a problem")
     args = parser.parse_args(argv)
     if args.cmd == "export":
@@ -50,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
         generate(args.names)
     elif args.cmd == "execute":
         execute(args.names)
+    elif args.cmd == "refresh":
+        return 1 if refresh(args.names) else 0
     elif args.cmd == "check":
         problems = (package_problems() + notebook_problems()
                     + status_problems())

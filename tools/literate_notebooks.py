@@ -79,6 +79,46 @@ def execute(names: list[str] | None = None) -> None:
     record_execution(timings)
 
 
+def refresh(names: list[str] | None = None) -> list[str]:
+    """Carry prose and tag edits into executed notebooks without re-running.
+
+    A notebook is refreshed only when its code cells, in order, have exactly
+    the chapter's sources: then every output it holds was made by the code the
+    chapter now shows, and only markdown cells and cell tags (what the page
+    shows, never what nbval compares) are taken from the chapter. A chapter
+    whose code changed is named, with the command that re-executes it; nothing
+    is written for it. Returns those names."""
+    import nbformat
+
+    stale = []
+    for path in chapter_paths(names):
+        out = Paths.BOOK / f"{path.stem}.ipynb"
+        want = notebook_from_chapter(path)
+        if not out.exists():
+            stale.append(path.stem)
+            continue
+        have = nbformat.read(out, as_version=4)
+        code = lambda nb: [c.source.strip("\n") for c in nb.cells  # noqa: E731
+                           if c.cell_type == "code"]
+        if code(want) != code(have):
+            stale.append(path.stem)
+            print(f"{path.stem}: code cells changed; run "
+                  f"`make notebooks NB={path.stem}`")
+            continue
+        outputs = iter([c for c in have.cells if c.cell_type == "code"])
+        for i, cell in enumerate(want.cells):
+            if cell.cell_type == "code":
+                old = next(outputs)
+                cell.outputs = old.outputs
+                cell.execution_count = old.execution_count
+        want.metadata = have.metadata
+        if [cell_signature(c) for c in want.cells] != \
+                [cell_signature(c) for c in have.cells]:
+            nbformat.write(want, out)
+            print(f"refreshed {out.relative_to(Paths.ROOT)} (outputs kept)")
+    return stale
+
+
 def status_json() -> Path:
     return Paths.ROOT / "results" / "notebook_execution.json"
 
