@@ -92,6 +92,9 @@ FORMER = {
         ("11", "are broken by index"),
         ("11", "all mass goes to the arg-max, so **greedy is"),
     ],
+    "adam_worst_case": [
+        ("08", "The worst case is a gradient that was zero for a long time"),
+    ],
     "kernels": [
         ("16", "the $V \\times V$ Jacobian"),
         ("16", "so its backward drops the first mean: "
@@ -323,3 +326,34 @@ def test_scaled_score_variance_at_initialisation():
     for v in got:
         assert abs(v / pred - 1) < 0.08
     assert max(got) < 0.01  # far from the unit variance once claimed
+
+
+# Second reading, R1: Adam's largest step with bias correction is
+# eta * sqrt(sum_k a_k^2 / b_k) (eq-adam-max-step), reached by a gradient
+# growing by beta2/beta1 per step; the spike after zeros (3.16 eta, the old
+# "worst case") is not the worst. Checked on torch.optim.Adam itself.
+def _adam_last_step(history, lr=1e-3):
+    p = torch.zeros(1, dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.Adam([p], lr=lr, betas=(0.9, 0.999), eps=1e-8)
+    for g in history:
+        before = p.detach().clone()
+        p.grad = torch.tensor([1e6 * g], dtype=torch.float64)
+        opt.step()
+    return (before - p.detach()).abs().item() / lr
+
+
+def test_adam_largest_step_is_not_the_spike():
+    b1, b2, t = 0.9, 0.999, 1000
+    growing = [(b1 / b2) ** k for k in range(t - 1, -1, -1)]
+    spike = [0.0] * (t - 1) + [1.0]
+    r = b1 * b1 / b2
+    bound = (1 - b1) / (1 - b1**t) * math.sqrt(
+        (1 - b2**t) / (1 - b2) * (1 - r**t) / (1 - r))
+    old_worst = (1 - b1) / math.sqrt(1 - b2)  # 3.162
+    assert abs(_adam_last_step(growing) - bound) < 1e-6
+    assert abs(bound - 5.78) < 0.005
+    assert _adam_last_step(growing) > 1.8 * old_worst  # the old claim fails
+    assert _adam_last_step(spike) < old_worst
+    t08 = text("08")
+    assert "(eq-adam-max-step)" in t08
+    assert "That is one case, not the worst" in t08
