@@ -357,3 +357,29 @@ def test_adam_largest_step_is_not_the_spike():
     t08 = text("08")
     assert "(eq-adam-max-step)" in t08
     assert "That is one case, not the worst" in t08
+
+
+# R2: the cost model's count is eq-param-count (chapter 6), which post-norm
+# models (no final norm) and every other variant obey; the old cost-model
+# formula counted a final norm always (2,688 against the model's 2,672).
+@pytest.mark.parametrize("kw", [
+    {}, {"norm_position": "post"}, {"norm": "rmsnorm"},
+    {"norm": "rmsnorm", "norm_position": "post", "bias": False},
+    {"pos_encoding": "rope", "norm_position": "post"},
+    {"tie_weights": False, "norm_position": "post"}])
+def test_cost_model_counts_the_models_parameters(kw):
+    from transformer.cost_model import param_breakdown, param_count
+    from transformer.model import GPT
+    cfg = GPTConfig(vocab_size=100, block_size=16, n_layer=2, n_head=2,
+                    n_embd=8, **kw)
+    counted = sum(p.numel() for p in GPT(cfg).parameters())
+    assert param_count(cfg) == counted
+    assert param_breakdown(cfg)["total"] == counted
+    assert kv_crossover_length(cfg) == counted / (2 * 2 * 8)
+    if kw == {"norm_position": "post"}:
+        assert counted == 2672  # the old formula gave 2,688
+
+
+def test_one_parameter_equation():
+    assert "(eq-params)" not in text("10")
+    assert "{eq}`eq-param-count`" in text("10")

@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from transformer.model import GPTConfig
+from transformer.model import GPTConfig, gpt_param_count
 from transformer.softmax import softmax
 
 GPT2_SMALL = GPTConfig(vocab_size=50257, block_size=1024, n_layer=12,
@@ -60,8 +60,9 @@ def model_shape(config=None, **overrides) -> GPTConfig:
 
 
 def param_breakdown(config=None, **overrides) -> dict[str, int]:
-    """Parameters by place, eq. (eq-params); 'total' counts a tied matrix
-    once. Derived in chapter "The cost model", move 1."""
+    """Parameters by place, the terms of eq. (eq-param-count); 'total' is
+    gpt_param_count (a tied matrix counted once), and the places must add
+    up to it. Derived in chapter "The cost model", move 1."""
     s = model_shape(config, **overrides)
     D, F, V, b = s.n_embd, s.ffn_dim, s.vocab_size, int(s.bias)
     norm = D + (D * b if s.norm == "layernorm" else 0)
@@ -78,20 +79,25 @@ def param_breakdown(config=None, **overrides) -> dict[str, int]:
             s.pos_encoding == "learned"),
         "per_layer": sum(layer.values()),
         **{f"per_layer_{k}": v for k, v in layer.items()},
-        "final_norm": norm,
+        "final_norm": norm if s.norm_position == "pre" else 0,
         "lm_head": 0 if s.tie_weights else V * D,
     }
     out["layers"] = s.n_layer * out["per_layer"]
-    out["total"] = (out["token_embedding"] + out["position_embedding"]
-                    + out["layers"] + out["final_norm"] + out["lm_head"])
+    out["total"] = gpt_param_count(s)
+    places = (out["token_embedding"] + out["position_embedding"]
+              + out["layers"] + out["final_norm"] + out["lm_head"])
+    if places != out["total"]:
+        raise RuntimeError(f"param_breakdown: places add up to {places}, "
+                           f"eq-param-count gives {out['total']}")
     return out
 
 
 def param_count(config=None, **overrides) -> int:
-    """Total parameters (a tied embedding counted once).
+    """Total parameters (a tied embedding counted once): gpt_param_count,
+    eq. (eq-param-count), of any shape model_shape accepts.
 
-    Derived in chapter "The cost model", move 1."""
-    return param_breakdown(config, **overrides)["total"]
+    Used in chapter "The cost model", move 1."""
+    return gpt_param_count(model_shape(config, **overrides))
 
 
 def _check_positive(**values) -> None:
