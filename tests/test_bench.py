@@ -10,7 +10,8 @@ import torch
 from transformer.bench import (benchmark, compare, environment,
                                format_latency, latency_summary, median_ci,
                                quantile, ratio_of_medians_ci,
-                               read_bandwidth, time_calls, write_json)
+                               peak_read_bandwidth, read_bandwidth, time_calls,
+                               write_json)
 
 
 @pytest.mark.parametrize("n", [2, 5, 30, 101])
@@ -200,3 +201,29 @@ def test_read_bandwidth_arithmetic_and_order():
         assert all(math.isfinite(x) and x > 0
                    for x in real["samples"][name])
     assert torch.get_num_threads() == before and real["threads"] == 1
+
+
+def test_peak_read_bandwidth_is_the_best_trial():
+    """Four readers, the order rotating each trial (sum, dot, gemv, copy;
+    then dot, gemv, copy, sum); the peak is the best single trial of any
+    reader, not the best median. Fake clock: dot's first read takes 0.5 s
+    (the best trial), gemv is steady at 0.6 and 0.7 s (the best median)."""
+    durations = [4, 0.5, 0.6, 8,  # trial 0: sum, dot, gemv, copy
+                 20, 0.7, 6, 5]  # trial 1: dot, gemv, copy, sum
+    ticks, t = [], 0.0
+    for d in durations:
+        ticks += [t, t + d]
+        t += d + 1
+    ticks = iter(ticks)
+    n = 2 ** 16
+    pk = peak_read_bandwidth(nbytes=n, trials=2, clock=lambda: next(ticks))
+    assert pk["samples"]["dot"] == [n / 0.5 / 1e9, n / 20 / 1e9]
+    assert pk["samples"]["sum"] == [n / 4 / 1e9, n / 5 / 1e9]
+    assert pk["reader"] == "dot" and pk["GB_s"] == n / 0.5 / 1e9
+    assert max(pk["median"], key=pk["median"].get) == "gemv"
+    assert pk["GB_s"] >= max(pk["median"].values())
+    real = peak_read_bandwidth(nbytes=2 ** 20, trials=2)  # a real 1 MiB read
+    assert all(len(v) == 2 and all(math.isfinite(x) and x > 0 for x in v)
+               for v in real["samples"].values())
+    with pytest.raises(ValueError, match="^nbytes:"):
+        peak_read_bandwidth(nbytes=1000)

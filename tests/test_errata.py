@@ -383,3 +383,29 @@ def test_cost_model_counts_the_models_parameters(kw):
 def test_one_parameter_equation():
     assert "(eq-params)" not in text("10")
     assert "{eq}`eq-param-count`" in text("10")
+
+
+# R3: the (D, V) decode copy of the unembedding must follow edits made
+# through .data, which leave the version counter alone (the old key,
+# storage and version only, served the stale copy: logits off by ~0.4).
+@pytest.mark.parametrize("edit", ["mul", "init", "copy", "row"])
+def test_decode_copy_follows_edits_through_data(edit):
+    from transformer.model import GPT
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(vocab_size=97, block_size=16, n_layer=1, n_head=2,
+                      n_embd=16)).eval()
+    idx = torch.tensor([[3, 7, 11]])  # (B, T)
+    with torch.no_grad():
+        m(idx[:, -1:])  # a decode call makes the copy
+    w, version = m.lm_head.weight, m.lm_head.weight._version
+    {"mul": lambda d: d.mul_(-1),
+     "init": lambda d: torch.nn.init.normal_(d, std=0.5),
+     "copy": lambda d: d.copy_(torch.randn_like(d)),
+     "row": lambda d: d[idx[0, -1]].copy_(torch.randn(16)),
+     }[edit](w.data)
+    assert w._version == version  # the edit is invisible to the counter
+    with torch.no_grad():
+        decoded = m(idx[:, -1:])[0]  # (1, 1, V), through the copy
+    with torch.enable_grad():
+        reference = m(idx[:, -1:])[0].detach()  # (1, 1, V), lm_head
+    torch.testing.assert_close(decoded, reference, rtol=0, atol=1e-6)

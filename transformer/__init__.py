@@ -36,6 +36,7 @@ _WHERE = {  # public name -> module defining it
     "MLP": "model",
     "Block": "model",
     "GPT": "model",
+    "drop_decode_copy": "model",
     "compile_model": "model",
     "gpt_param_count": "model",
     "hf_gpt2_config": "model",
@@ -175,6 +176,7 @@ _WHERE = {  # public name -> module defining it
     "format_latency": "bench",
     "write_json": "bench",
     "read_bandwidth": "bench",
+    "peak_read_bandwidth": "bench",
 }
 
 import importlib as _importlib

@@ -16,6 +16,7 @@ __all__ = [
     "format_latency",
     "write_json",
     "read_bandwidth",
+    "peak_read_bandwidth",
 ]
 
 
@@ -358,3 +359,50 @@ def read_bandwidth(nbytes: int = 2 ** 29, repeat: int = 5,
             "reader": best, "GB_s": median[best],
             "loadavg": list(os.getloadavg()) if hasattr(os, "getloadavg")
             else None}
+
+
+def peak_read_bandwidth(nbytes: int = 2 ** 29, trials: int = 20,
+                        threads: int | None = 1,
+                        clock: Callable[[], float] = time.perf_counter
+                        ) -> dict:
+    """Peak sustained read rate of `threads` cores in GB/s: a float32
+    buffer of `nbytes` read whole, `trials` times each (interleaved,
+    rotating the order, after one untimed read each), by four readers:
+    "sum" (torch.sum), "dot" (the buffer with itself), "gemv" (ones
+    (1, 1024) times the buffer as a (1024, n / 1024) matrix) and "copy"
+    (into a preallocated buffer; only the bytes read are counted).
+    Returns the samples, each reader's best, and "reader" and "GB_s":
+    the reader with the best single trial and that trial's rate, the
+    bandwidth a floor must use. Appendix "Measuring honestly", section
+    "Read bandwidth"."""
+    if isinstance(nbytes, bool) or not isinstance(nbytes, int) \
+            or nbytes < 4096 or nbytes % 4096:
+        raise ValueError(f"nbytes: expected an int >= 4096 and a multiple "
+                         f"of 4096, got {nbytes!r}")
+    _check_counts(0, trials, 1)
+    load_start = list(os.getloadavg()) if hasattr(os, "getloadavg") \
+        else None
+    buf = torch.ones(nbytes // 4)  # (n,) float32, every page touched
+    out = torch.empty_like(buf)  # (n,), the copy's destination
+    mat = buf.view(1024, -1)  # (1024, n / 1024), a view
+    row = torch.ones(1, 1024)  # (1, 1024)
+    readers = {"sum": lambda: buf.sum(), "dot": lambda: torch.dot(buf, buf),
+               "gemv": lambda: row @ mat, "copy": lambda: out.copy_(buf)}
+    names = list(readers)
+    samples = {name: [] for name in readers}
+    with _Threads(threads), _NoGC():
+        for fn in readers.values():
+            fn()  # untimed
+        for i in range(trials):
+            for name in names[i % 4:] + names[:i % 4]:
+                seconds = _timed(readers[name], 1, clock)
+                samples[name].append(nbytes / seconds / 1e9)
+    best = {k: max(v) for k, v in samples.items()}
+    reader = max(best, key=best.get)
+    return {"nbytes": nbytes, "trials": trials, "unit": "GB/s",
+            "threads": threads, "samples": samples, "max": best,
+            "median": {k: quantile(v, 0.5) for k, v in samples.items()},
+            "reader": reader, "GB_s": best[reader],
+            "loadavg": load_start,
+            "loadavg_end": list(os.getloadavg())
+            if hasattr(os, "getloadavg") else None}

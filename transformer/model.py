@@ -12,6 +12,7 @@ __all__ = [
     "MLP",
     "Block",
     "GPT",
+    "drop_decode_copy",
     "compile_model",
     "gpt_param_count",
     "hf_gpt2_config",
@@ -428,22 +429,40 @@ def _loss(cfg: GPTConfig, logits: torch.Tensor,
 _DECODE_ROWS = 8  # a call with at most this many positions is a decode step
 
 
+def _fingerprint(w: torch.Tensor) -> torch.Tensor:
+    """One entry of every row of w (V, D), row i at column i mod D: (V,).
+    A copy keyed on it sees any edit that changes a whole row or table."""
+    V, D = w.shape
+    rows = torch.arange(V, device=w.device)  # (V,)
+    return torch.take(w.detach(), rows * D + rows % D).clone()  # (V,)
+
+
 def _unembed(model: "GPT", h: torch.Tensor) -> torch.Tensor:
     """logits = h Eᵀ with E = lm_head.weight (V, D): (B, T, D) ->
     (B, T, V). A decode step (no autograd, B T <= _DECODE_ROWS, not
     compiling) multiplies by a cached copy of E stored (D, V), remade when
-    E's storage or version changes. Chapter "Multi-head attention, the
+    E's storage, dtype, device, version or fingerprint (_fingerprint, which
+    sees edits through .data) changes. Chapter "Multi-head attention, the
     block and the GPT model", section "The full model"."""
     w = model.lm_head.weight  # (V, D)
     if (torch.is_grad_enabled() or torch.compiler.is_compiling()
             or h.shape[0] * h.shape[1] > _DECODE_ROWS):
         return model.lm_head(h)  # (B, T, V)
     key = (w.data_ptr(), w._version, w.dtype, w.device)
-    cached = model.__dict__.get("_unembed_dv")  # (key, E stored (D, V))
-    if cached is None or cached[0] != key:
-        cached = (key, w.detach().t().contiguous())  # (D, V)
+    cached = model.__dict__.get("_unembed_dv")  # (key, fingerprint, (D, V))
+    if (cached is None or cached[0] != key
+            or not torch.equal(_fingerprint(w), cached[1])):
+        cached = (key, _fingerprint(w), w.detach().t().contiguous())
         model.__dict__["_unembed_dv"] = cached
-    return h @ cached[1]  # (B, T, V)
+    return h @ cached[2]  # (B, T, V)
+
+
+def drop_decode_copy(model: "GPT") -> None:
+    """Forget the (D, V) decode copy of the unembedding; the next decode
+    call remakes it. Needed only after an edit through .data that changes
+    no fingerprinted entry. Chapter "Multi-head attention, the block and
+    the GPT model", section "The full model"."""
+    model.__dict__.pop("_unembed_dv", None)
 
 
 def compile_model(model: GPT, **options):
