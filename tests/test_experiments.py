@@ -11,15 +11,17 @@ import pytest
 import torch
 
 from transformer.baseline import token_stream
-from transformer.experiments import (EXPERIMENTS, PROBES, RECIPE,
-                                     Experiment, Probe, attention_entropy,
-                                     config_hash,
+from transformer.ablations import EXPERIMENTS
+from transformer.experiments import (RECIPE, Experiment, Probe,
+                                     attention_entropy, config_hash,
                                      init_grad_norms, run_experiment,
                                      summary_rows, summary_table)
 from transformer.cli import main as cli
 from transformer.model import GPT, GPTConfig
 from transformer.training import TrainConfig, init_model, train
 from transformer.stats import summarize
+
+PROBES = {i: e for i, e in EXPERIMENTS.items() if isinstance(e, Probe)}
 
 ROOT = Path(__file__).resolve().parents[1] / "results" / "experiments"
 GRIDS = [e for e in EXPERIMENTS.values() if isinstance(e, Experiment)]
@@ -281,13 +283,12 @@ def test_committed_chapter_probes(pid):
     the trained bigram's learning rate) have a record per declared seed,
     from one clean revision, with every metric of their table finite;
     chapters 04, 14 and 07 check the raw numbers against a live run."""
-    from transformer.experiments import TABLE_METRICS
     recs = _committed(pid)
     assert sorted(r["seed"] for r in recs) == list(PROBES[pid].seeds)
     _one_clean_revision(pid, recs)
     for r in recs:
         assert r["smoke"] is False and r["experiment"] == pid
-        for metric in TABLE_METRICS[pid]:
+        for metric in EXPERIMENTS[pid].metrics:
             assert math.isfinite(r["final"][metric]), metric
 
 
@@ -337,7 +338,6 @@ def test_a_record_reproduces_its_first_logged_losses(exp):
 def test_probes_smoke_resume_and_records(tmp_path, capsys):
     """E10-E13 run through the same runner: one JSON per seed, skipped on
     a second run, with the metrics their tables show."""
-    from transformer.experiments import TABLE_METRICS
     for pid in PROBES:
         assert cli(["experiment", pid, "--smoke",
                     "--root", str(tmp_path)]) == 0
@@ -349,7 +349,7 @@ def test_probes_smoke_resume_and_records(tmp_path, capsys):
     for p in files:
         rec = json.loads(p.read_text())
         assert rec["smoke"] and rec["experiment"] in PROBES
-        for metric in TABLE_METRICS[rec["experiment"]]:
+        for metric in EXPERIMENTS[rec["experiment"]].metrics:
             assert math.isfinite(rec["final"][metric]), metric
     e12 = [json.loads(p.read_text())
            for p in (tmp_path / "smoke").glob("E12/*.json")]
@@ -442,7 +442,7 @@ FAILURE_TESTS = ROOT / "failure_tests"
 def test_e13_verdict_bands():
     """The decision E13 and tools/failure_tests.py share: a pass inside
     E13_BAND, caught more than E13_CAUGHT away from zero on either side."""
-    from transformer.experiments import E13_BAND, E13_CAUGHT, e13_verdict
+    from transformer.ablations import E13_BAND, E13_CAUGHT, e13_verdict
     assert E13_BAND[0] < 0 < E13_BAND[1] < E13_CAUGHT
     assert e13_verdict(0.0) == "pass"
     assert e13_verdict(E13_BAND[0]) == e13_verdict(E13_BAND[1]) == "pass"
@@ -457,7 +457,7 @@ def test_committed_e13_catches_both_bugs():
     committed failure tests (tools/failure_tests.py e13) show each
     deliberate bug caught, on the side declared, for every seed of E13's
     current declaration and recipe."""
-    from transformer.experiments import LEAK_MODEL, e13_verdict
+    from transformer.ablations import LEAK_MODEL, e13_verdict
     probe = PROBES["E13"]
     recs = [json.loads(p.read_text())
             for p in sorted((ROOT / "E13").glob("*.json"))]
@@ -485,7 +485,7 @@ def test_e12_counts_what_decoding_holds_and_can_fail():
     position fed filled. A cache that allocates twice the positions the
     loop asks for is caught (relative error 1.0 > 5%)."""
     import transformer.kv_cache as kv
-    from transformer.experiments import measure_e12
+    from transformer.ablations import measure_e12
     out = measure_e12(0, smoke=True)
     assert out["max_relative_error"] == 0.0 and out["as_derived"] == 1.0
     real = kv.make_caches
@@ -504,7 +504,7 @@ def test_committed_e12_against_hugging_face():
     """tools/failure_tests.py e12-hf: Hugging Face GPT-2's cache, after
     greedy generation at E12's shapes, holds exactly kv_cache_bytes at
     the positions it filled (it grows by concatenation)."""
-    from transformer.experiments import E12_SHAPES
+    from transformer.ablations import E12_SHAPES
     hf = json.loads((FAILURE_TESTS / "E12_hf.json").read_text())
     assert [(r["B"], r["prompt"]) for r in hf["shapes"]] == [
         (B, T0) for B, T0, _ in E12_SHAPES]
@@ -512,3 +512,27 @@ def test_committed_e12_against_hugging_face():
     for r in hf["shapes"]:
         assert r["held_bytes"] == r["derived_filled"]
         assert r["filled"] == r["prompt"] + r["new"] - 1
+
+
+def test_show_prints_each_points_resolved_configuration(tmp_path, capsys):
+    """`experiment ID --show` prints every grid point's configuration as
+    Experiment.configs resolves it (E6's post-norm arm with its own
+    learning rate and warm-up), and runs and writes nothing."""
+    assert cli(["experiment", "E6", "--show", "--root", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    exp = EXPERIMENTS["E6"]
+    blocks = out.split("\n" + "n_layer=")[1:]
+    assert len(blocks) == len(exp.strata) * len(exp.values)
+    for block, (stratum, value) in zip(blocks, [
+            (s, v) for s in exp.strata for v in exp.values]):
+        assert block.startswith(f"{stratum} norm_position={value} ")
+        model_config, train_config = exp.configs(stratum, value)
+        for config in (model_config, train_config):
+            for name in ("n_layer", "norm_position", "lr", "warmup_steps",
+                         "steps", "n_embd"):
+                if hasattr(config, name):
+                    assert f"{name}={getattr(config, name)!r}" in block
+    assert "norm_position='post'" in out and "warmup_steps=200" in out
+    assert list(tmp_path.iterdir()) == []
+    assert cli(["experiment", "E13", "--show"]) == 0
+    assert "transformer.ablations.measure_e13" in capsys.readouterr().out

@@ -19,9 +19,9 @@ LAYERS = [
     # its block): it sits with the model, below decoding, which uses it
     ("model", {"model", "cost_model"}),
     ("decoding and training", {"sampling", "kv_cache", "optim", "baseline",
-                               "training", "calibration"}),
+                               "training", "calibration", "recall"}),
     ("measurement", {"bench"}),
-    ("experiments", {"experiments"}),
+    ("experiments", {"experiments", "ablations"}),
     ("command line", {"cli", "__main__"}),
 ]
 LEVEL = {m: i for i, (_, mods) in enumerate(LAYERS) for m in mods}
