@@ -38,9 +38,10 @@ import torch  # noqa: E402
 
 import literate  # noqa: E402
 from transformer.bench import environment  # noqa: E402
-from transformer.ablations import (E12_SHAPES, E13_CAUGHT,  # noqa: E402
-                                     EXPERIMENTS, LEAK_MODEL, _tiny_config,
-                                     e13_verdict, measure_e13)
+from transformer.ablations import (E12_SHAPES, EXPERIMENTS,  # noqa: E402
+                                   measure_e13)
+from transformer.training_checks import (E13_CAUGHT, LEAK_MODEL,  # noqa: E402
+                                         e13_verdict, tiny_model_config)
 
 OUT = ROOT / "results" / "experiments" / "failure_tests"
 
@@ -111,7 +112,7 @@ def run_e12_hf(args) -> dict:
     from oracles import hf_gpt2
 
     from transformer.cost_model import kv_cache_bytes
-    cfg = _tiny_config(False)
+    cfg = tiny_model_config()
     hf = hf_gpt2(cfg)
     g = torch.Generator().manual_seed(0)
     rows = []

@@ -7,12 +7,8 @@ in one table, `EXPERIMENTS`. transformer/experiments.py runs them;
 from __future__ import annotations
 
 __all__ = [
-    "overfit_config",
-    "shuffled_config",
     "measure_e10",
-    "leak_config",
     "measure_e13",
-    "e13_verdict",
     "measure_e11",
     "measure_e12",
     "measure_e16",
@@ -21,19 +17,19 @@ __all__ = [
 ]
 
 
-import math
 import os
-import time
 
 import torch
 
-from transformer.baseline import token_stream
+from transformer.bench import latency_summary, ratio_of_medians_ci
+from transformer.cost_model import kv_cache_bytes
 from transformer.experiments import (BYTES, Experiment, Probe,
                                      default_results_dir)
-from transformer.model import GPTConfig
+from transformer.kv_cache import decode_step_times, held_cache_bytes
 from transformer.recall import measure_e15
-from transformer.training import (PRESETS, TrainConfig, evaluate,
-                                  heldout_losses, init_model, train)
+from transformer.training import init_model
+from transformer.training_checks import (overfit_check, tiny_model_config,
+                                         unpredictable_targets_check)
 
 BIGRAM_MARGIN = 0.1  # every arm must end this far below its own bigram
 _REFS = ("below_bigram", "below_unigram")  # every grid's reference columns
@@ -217,120 +213,18 @@ _E9 = Experiment(
              "window_bytes", "n_params"))
 
 
-def _tiny_config(smoke: bool, **overrides) -> GPTConfig:
-    mc = {**PRESETS["tiny"][0], **overrides}
-    if smoke:
-        mc.update(n_layer=1, n_embd=32, n_head=2)
-    return GPTConfig(**mc)
-
-
-def overfit_config(steps: int = 300, seed: int = 0,
-                   eval_interval: int | None = None) -> TrainConfig:
-    """E10's recipe (chapter "Training"): windows of 64 of a 200-token
-    corpus, a constant learning rate after a short warm-up, no decay."""
-    return TrainConfig(steps=steps, batch_size=8, lr=3e-3, min_lr=3e-3,
-                       warmup_steps=min(10, steps), weight_decay=0.0,
-                       eval_interval=eval_interval or steps,
-                       eval_batches=1, seq_len=64, seed=seed)
-
-
-def shuffled_config(steps: int = 200, seed: int = 0,
-                    eval_interval: int | None = None,
-                    eval_batches: int = 1) -> TrainConfig:
-    """E13's recipe (chapter "Training"): the tiny preset's optimiser
-    settings on windows of 64 uniformly random tokens."""
-    return TrainConfig(steps=steps, batch_size=8, lr=3e-3, min_lr=3e-4,
-                       warmup_steps=min(20, steps), weight_decay=0.1,
-                       eval_interval=eval_interval or steps,
-                       eval_batches=eval_batches, seq_len=64, seed=seed)
-
-
 def measure_e10(seed: int, smoke: bool = False) -> dict:
-    """E10: the tiny preset's model overfits 200 training tokens; the
-    loss over all of them after 300 steps. Section "Probes"."""
-    _, train_ids, _ = token_stream(1024)
-    corpus = train_ids[:200].clone()  # (200,)
-    cfg = overfit_config(4 if smoke else 300, seed)
-    model = init_model(_tiny_config(smoke), seed)
-    hist = train(model, corpus, corpus, cfg)
-    loss = evaluate(model, corpus, 64, 8, None)
-    return {"corpus_loss": loss, "below_0.1": float(loss < 0.1),
-            "raw": {"train_loss": hist["train_loss"]}}
-
-
-# E13's recipe: a vocabulary of four tokens, windows of 16 and two small
-# blocks, so that a leak is cheap to learn; a fixed learning rate high
-# enough to learn it in 400 steps (section "E10 to E13, through the
-# runner" shows why the tiny preset's shape and V = 1024 were not)
-LEAK_MODEL = {"vocab_size": 4, "block_size": 16, "n_layer": 2,
-              "n_head": 2, "n_embd": 32}
-E13_BAND = (-0.01, 0.02)  # held-out loss minus ln V, nats: a pass
-E13_CAUGHT = 0.05  # an excess this far outside 0 (either side): caught
-
-
-def leak_config(steps: int = 400, seed: int = 0) -> TrainConfig:
-    """E13's training recipe: 400 steps of 32 windows of 16 uniformly
-    random tokens, learning rate 1e-2 after 20 warm-up steps, cosine to
-    1e-3, no weight decay."""
-    return TrainConfig(steps=steps, batch_size=32, lr=1e-2, min_lr=1e-3,
-                       warmup_steps=min(20, steps), weight_decay=0.0,
-                       eval_interval=max(1, steps // 4), eval_batches=4,
-                       seed=seed, checkpoint_interval=0)
+    """E10: overfit_check (chapter "Training") of the tiny preset's shape,
+    300 steps on 200 tokens. Section "Probes"."""
+    return overfit_check(seed, 4 if smoke else 300, tiny_model_config(smoke))
 
 
 def measure_e13(seed: int, smoke: bool = False) -> dict:
-    """E13: trained on uniformly random tokens (V = 4), the held-out loss
-    minus ln V over every target of a fresh stream, with its standard
-    error over tokens. The held-out windows are cut and shifted by the
-    evaluator itself (heldout_losses with n_batches=None), not by the
-    training loader. Section "Probes"."""
-    V = LEAK_MODEL["vocab_size"]
-    g = torch.Generator().manual_seed(1234 + seed)
-    train_ids = torch.randint(0, V, (50_000,), generator=g)  # (N,)
-    val_ids = torch.randint(0, V, (2_000 if smoke else 20_000,),
-                            generator=g)  # (M,)
-    cfg = leak_config(4 if smoke else 400, seed)
-    model = init_model(GPTConfig(**LEAK_MODEL), seed)
-    hist = train(model, train_ids, val_ids, cfg)
-    T = LEAK_MODEL["block_size"]
-    nll = heldout_losses(model, val_ids, T, 64, None).view(-1)  # (n T,)
-    return {"excess": nll.mean().item() - math.log(V),
-            "se": (nll.std() / nll.numel() ** 0.5).item(),
-            "n_tokens": nll.numel(),
-            "raw": {"train_loss": hist["train_loss"],
-                    "val_steps": hist["val_steps"],
-                    "val_loss": hist["val_loss"]}}
-
-
-def e13_verdict(excess: float) -> str:
-    """What one E13 excess (nats) says: "pass" inside E13_BAND, "leak"
-    more than E13_CAUGHT below zero (the model predicts what the past
-    cannot tell it), "misfit" more than E13_CAUGHT above (it learned a
-    rule the held-out targets do not follow, or cannot fit the uniform
-    distribution), "unclear" in between. Section "Probes"."""
-    if E13_BAND[0] <= excess <= E13_BAND[1]:
-        return "pass"
-    if excess < -E13_CAUGHT:
-        return "leak"
-    if excess > E13_CAUGHT:
-        return "misfit"
-    return "unclear"
-
-
-def _decode_times(model, prompt, n: int, cached: bool) -> list[float]:
-    """Seconds per greedy decode step, n steps after the prompt: the time
-    between consecutive tokens of the book's one decoding loop
-    (decode_stream, chapter "The KV cache"), the first token (after the
-    prefill) excluded."""
-    from transformer.kv_cache import decode_stream
-    times, last = [], None
-    for _ in decode_stream(model, prompt, n + 1, temperature=0,
-                           use_cache=cached):
-        now = time.perf_counter()
-        if last is not None:
-            times.append(now - last)
-        last = now
-    return times
+    """E13: unpredictable_targets_check (chapter "Training"), 400 steps on
+    uniformly random tokens, scored on 20,000 fresh ones. Section
+    "Probes"."""
+    return unpredictable_targets_check(seed, 4 if smoke else 400,
+                                       2_000 if smoke else 20_000)
 
 
 def measure_e11(seed: int, smoke: bool = False) -> dict:
@@ -341,18 +235,18 @@ def measure_e11(seed: int, smoke: bool = False) -> dict:
     an unpaired bootstrap interval (the measure the prediction names);
     inside the 512-token run, its last 32 steps against its first 32.
     Section "Probes"."""
-    from transformer.bench import latency_summary, ratio_of_medians_ci
     short, n = (8, 64) if smoke else (32, 512)
-    model = init_model(_tiny_config(smoke, block_size=16 + n), seed).eval()
+    model = init_model(tiny_model_config(smoke, block_size=16 + n),
+                       seed).eval()
     prompt = torch.randint(0, 1024, (1, 16),
                            generator=torch.Generator().manual_seed(seed))
     out, raw = {}, {}
     with torch.no_grad():
-        _decode_times(model, prompt, short, True)  # warm-up
+        decode_step_times(model, prompt, short, True)  # warm-up
         for cached in (True, False):
             key = "cached" if cached else "uncached"
-            a = _decode_times(model, prompt, short, cached)
-            b = _decode_times(model, prompt, n, cached)
+            a = decode_step_times(model, prompt, short, cached)
+            b = decode_step_times(model, prompt, n, cached)
             ratio, lo, hi = ratio_of_medians_ci(b, a, paired=False,
                                                 seed=seed)
             out[f"{key}_ratio"] = ratio
@@ -370,65 +264,33 @@ def measure_e11(seed: int, smoke: bool = False) -> dict:
     return out
 
 
-def _tensor_bytes(objs) -> int:
-    """Bytes of the distinct storages of every tensor attribute of
-    `objs` (a storage shared by two views counts once)."""
-    storages = {}
-    for obj in objs:
-        for value in vars(obj).values():
-            if isinstance(value, torch.Tensor):
-                st = value.untyped_storage()
-                storages[st.data_ptr()] = st.nbytes()
-    return sum(storages.values())
-
-
 E12_SHAPES = ((1, 8, 24), (4, 16, 48), (2, 1, 127))  # (B, prompt, new)
 
 
 def measure_e12(seed: int, smoke: bool = False) -> dict:
-    """E12: a real greedy generation through the book's one decoding loop
-    (decode_stream, chapter "The KV cache") with the cache on, for the
-    tiny preset's shape at E12_SHAPES; the caches the loop hands the
-    model are caught on their way in (a forward pre-hook), and after the
-    last token the bytes of every tensor they hold are counted from
-    their storages and set against kv_cache_bytes (chapter "The cost
-    model") at the length the loop allocates, block_size. Also records
-    how many positions were filled, and how many cache sets the loop
-    made. Deterministic: every seed must agree. Section "Probes"."""
-    from transformer.cost_model import kv_cache_bytes
-    from transformer.kv_cache import decode_stream
-    cfg = _tiny_config(smoke)
+    """E12: held_cache_bytes (chapter "The KV cache") of a greedy
+    generation of the tiny preset's shape at each of E12_SHAPES, set
+    against kv_cache_bytes (chapter "The cost model") at the length the
+    loop allocates, block_size; with how many positions were filled and
+    how many cache sets the loop made. Deterministic: every seed must
+    agree. Section "Probes"."""
+    cfg = tiny_model_config(smoke)
     model = init_model(cfg, seed).eval()
     g = torch.Generator().manual_seed(seed)
-    seen = []
-
-    def catch(module, args, kwargs):
-        caches = kwargs.get("caches")
-        if caches is not None and all(caches is not c for c in seen):
-            seen.append(caches)
-
     worst, rows = 0.0, []
-    handle = model.register_forward_pre_hook(catch, with_kwargs=True)
-    try:
-        for B, T0, N in E12_SHAPES:
-            N = min(N, cfg.block_size - T0)
-            seen.clear()
-            prompt = torch.randint(0, cfg.vocab_size, (B, T0),
-                                   generator=g)  # (B, T0)
-            n_out = sum(1 for _ in decode_stream(model, prompt, N,
-                                                 temperature=0))
-            caches = seen[-1]
-            held = _tensor_bytes(caches)
-            derived = kv_cache_bytes(cfg.block_size, B, cfg)
-            filled = caches[0].length
-            worst = max(worst, abs(held - derived) / derived)
-            rows.append({"B": B, "prompt": T0, "new": n_out,
-                         "cache_sets": len(seen), "layers": len(caches),
-                         "filled": filled, "held_bytes": held,
-                         "derived_bytes": derived,
-                         "derived_filled": kv_cache_bytes(filled, B, cfg)})
-    finally:
-        handle.remove()
+    for B, T0, N in E12_SHAPES:
+        prompt = torch.randint(0, cfg.vocab_size, (B, T0),
+                               generator=g)  # (B, T0)
+        held = held_cache_bytes(model, prompt, min(N, cfg.block_size - T0))
+        derived = kv_cache_bytes(cfg.block_size, B, cfg)
+        worst = max(worst, abs(held["held_bytes"] - derived) / derived)
+        rows.append({"B": B, "prompt": T0, "new": held["new"],
+                     "cache_sets": held["cache_sets"],
+                     "layers": held["layers"], "filled": held["filled"],
+                     "held_bytes": held["held_bytes"],
+                     "derived_bytes": derived,
+                     "derived_filled": kv_cache_bytes(held["filled"], B,
+                                                      cfg)})
     as_derived = all(r["cache_sets"] == 1 and r["layers"] == cfg.n_layer
                      and r["filled"] == r["prompt"] + r["new"] - 1
                      for r in rows)

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 __all__ = [
     "Experiment",
-    "init_grad_norms",
-    "attention_entropy",
     "config_hash",
     "run_point",
     "default_results_dir",
@@ -43,10 +41,9 @@ from pathlib import Path
 
 import torch
 
-from transformer.attention import attention, causal_mask
 from transformer.baseline import baseline_losses, get_batch, token_stream
+from transformer.diagnostics import attention_entropy, block_grad_norms
 from transformer.model import GPT, GPTConfig
-from transformer.positions import apply_rope
 from transformer.stats import summarize
 from transformer.training import (TrainConfig, evaluate, heldout_losses,
                                   init_model, train)
@@ -207,59 +204,13 @@ def _machine() -> dict:
             "loadavg": list(os.getloadavg())}
 
 
-def init_grad_norms(model: GPT, ids: torch.Tensor, batch_size: int,
-                    seed: int = EVAL_SEED) -> list[float]:
-    """L2 norm of the loss gradient over each block's parameters, at the
-    weights as they are (call it before training: at initialisation), on
-    one fixed batch. Section "E6: pre-norm against post-norm"."""
-    g = torch.Generator().manual_seed(seed)
+def _fixed_batch(model: GPT, ids: torch.Tensor, batch_size: int):
+    """One batch of windows of `ids`, the same for every run (EVAL_SEED),
+    on the model's device: x, y (B, T) each."""
+    g = torch.Generator().manual_seed(EVAL_SEED)
     x, y = get_batch(ids, batch_size, model.config.block_size, g)  # (B, T)
     device = next(model.parameters()).device
-    model.zero_grad(set_to_none=True)
-    _, loss = model(x.to(device), y.to(device))
-    loss.backward()
-    norms = []
-    for block in model.blocks:
-        sq = sum(p.grad.pow(2).sum().item() for p in block.parameters()
-                 if p.grad is not None)
-        norms.append(math.sqrt(sq))
-    model.zero_grad(set_to_none=True)
-    return norms
-
-
-def attention_entropy(model: GPT, ids: torch.Tensor, batch_size: int,
-                      seed: int = EVAL_SEED) -> list[float]:
-    """Mean entropy (nats) of each layer's attention rows, at the weights
-    as they are, on one fixed batch. The largest possible value is the mean
-    over queries i of ln(i + 1) (uniform over the visible keys). Section
-    "E1: the scale on and off"."""
-    g = torch.Generator().manual_seed(seed)
-    x, _ = get_batch(ids, batch_size, model.config.block_size, g)  # (B, T)
-    found = []
-
-    def hook(attn, args):
-        h = args[0]  # (B, T, D): what the attention layer is given
-        B, T, D = h.shape
-        q, k, _ = attn.c_attn(h).split(D, dim=-1)  # (B, T, D) each
-        q = q.view(B, T, attn.n_head, -1).transpose(1, 2)  # (B, H, T, Dh)
-        k = k.view(B, T, attn.n_head, -1).transpose(1, 2)  # (B, H, T, Dh)
-        if attn.rope:
-            pos = torch.arange(T, device=h.device)  # (T,)
-            q = apply_rope(q, pos, attn.rope_base)
-            k = apply_rope(k, pos, attn.rope_base)
-        mask = causal_mask(T, device=h.device)  # (T, T)
-        w = attention(q, k, k, mask, attn.scale)[1]  # (B, H, T, T)
-        ent = -(w * torch.log(w.clamp_min(1e-30))).sum(-1)  # (B, H, T)
-        found.append(ent.mean().item())
-
-    handles = [b.attn.register_forward_pre_hook(hook) for b in model.blocks]
-    try:
-        with torch.no_grad():
-            model(x.to(next(model.parameters()).device))
-    finally:
-        for handle in handles:
-            handle.remove()
-    return found
+    return x.to(device), y.to(device)
 
 
 def _run_name(exp: Experiment, stratum, value, seed) -> str:
@@ -312,12 +263,11 @@ def run_point(exp: Experiment, stratum, value, seed: int, data,
         reference = baseline_losses(train_ids, val_ids, mc.vocab_size)
     model = init_model(mc, seed)
     rec = _new_record(exp, stratum, value, seed, mc, cfg, model, reference)
+    x, y = _fixed_batch(model, train_ids, cfg.batch_size)
     if "init_grads" in exp.extras:
-        rec["init_grad_norms"] = init_grad_norms(model, train_ids,
-                                                 cfg.batch_size)
+        rec["init_grad_norms"] = block_grad_norms(model, x, y)
     if "attn_entropy" in exp.extras:
-        rec["init_attn_entropy"] = attention_entropy(model, train_ids,
-                                                     cfg.batch_size)
+        rec["init_attn_entropy"] = attention_entropy(model, x)
 
     def report(step, hist):
         if progress and hist["val_steps"][-1] == step:
@@ -380,7 +330,8 @@ def _extra_metrics(exp: Experiment, model, data, mc: GPTConfig,
         init = rec["init_attn_entropy"]
         final["attn_entropy_init"] = sum(init) / len(init)
         if not diverged:
-            trained = attention_entropy(model, val_ids, cfg.batch_size)
+            trained = attention_entropy(
+                model, _fixed_batch(model, val_ids, cfg.batch_size)[0])
             rec["attn_entropy"] = trained
             final["attn_entropy"] = sum(trained) / len(trained)
     if "init_grads" in exp.extras:
