@@ -448,7 +448,7 @@ def test_experiment_ids_and_roots(tmp_path, capsys):
 def test_experiment_shards_split_a_grid(tmp_path, capsys):
     """--shard 1/2 and 2/2 run disjoint halves of a grid, which together
     are the whole grid; a bad --shard is one line and exit 2."""
-    from transformer.experiments import EXPERIMENTS
+    from transformer.ablations import EXPERIMENTS
     for bad in ("0/2", "3/2", "2", "a/b"):
         assert cli.main(["experiment", "E5", "--smoke", "--shard", bad,
                          "--root", str(tmp_path)]) == 2

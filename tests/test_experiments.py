@@ -11,15 +11,16 @@ import pytest
 import torch
 
 from transformer.baseline import token_stream
-from transformer.experiments import (EXPERIMENTS, PROBES, RECIPE,
-                                     Experiment, Probe, attention_entropy,
-                                     config_hash,
-                                     init_grad_norms, run_experiment,
-                                     summary_rows, summary_table)
+from transformer.ablations import EXPERIMENTS
+from transformer.experiments import (RECIPE, Experiment, Probe, config_hash,
+                                     run_experiment, summary_rows,
+                                     summary_table)
 from transformer.cli import main as cli
 from transformer.model import GPT, GPTConfig
 from transformer.training import TrainConfig, init_model, train
 from transformer.stats import summarize
+
+PROBES = {i: e for i, e in EXPERIMENTS.items() if isinstance(e, Probe)}
 
 ROOT = Path(__file__).resolve().parents[1] / "results" / "experiments"
 GRIDS = [e for e in EXPERIMENTS.values() if isinstance(e, Experiment)]
@@ -209,24 +210,6 @@ def test_summary_rows():
     assert summary_rows(exp, recs, ("val_loss",))[0]["val_loss"] is None
 
 
-def test_init_grad_norms(data):
-    _, train_ids, _ = data
-    cfg = GPTConfig(vocab_size=1024, block_size=16, n_layer=3, n_head=2,
-                    n_embd=16, norm_position="post")
-    torch.manual_seed(0)
-    model = GPT(cfg)
-    norms = init_grad_norms(model, train_ids, 4, seed=7)
-    assert len(norms) == 3 and all(n > 0 for n in norms)
-    assert all(p.grad is None for p in model.parameters())
-    g = torch.Generator().manual_seed(7)
-    from transformer.baseline import get_batch
-    x, y = get_batch(train_ids, 4, 16, g)  # (B, T) each
-    _, loss = model(x, y)
-    grads = torch.autograd.grad(loss, list(model.blocks[1].parameters()))
-    direct = torch.sqrt(sum(gr.pow(2).sum() for gr in grads)).item()
-    assert math.isclose(norms[1], direct, rel_tol=1e-5, abs_tol=0)
-
-
 def _committed(exp_id):
     return [json.loads(p.read_text())
             for p in sorted((ROOT / exp_id).glob("*.json"))]
@@ -281,13 +264,12 @@ def test_committed_chapter_probes(pid):
     the trained bigram's learning rate) have a record per declared seed,
     from one clean revision, with every metric of their table finite;
     chapters 04, 14 and 07 check the raw numbers against a live run."""
-    from transformer.experiments import TABLE_METRICS
     recs = _committed(pid)
     assert sorted(r["seed"] for r in recs) == list(PROBES[pid].seeds)
     _one_clean_revision(pid, recs)
     for r in recs:
         assert r["smoke"] is False and r["experiment"] == pid
-        for metric in TABLE_METRICS[pid]:
+        for metric in EXPERIMENTS[pid].metrics:
             assert math.isfinite(r["final"][metric]), metric
 
 
@@ -337,7 +319,6 @@ def test_a_record_reproduces_its_first_logged_losses(exp):
 def test_probes_smoke_resume_and_records(tmp_path, capsys):
     """E10-E13 run through the same runner: one JSON per seed, skipped on
     a second run, with the metrics their tables show."""
-    from transformer.experiments import TABLE_METRICS
     for pid in PROBES:
         assert cli(["experiment", pid, "--smoke",
                     "--root", str(tmp_path)]) == 0
@@ -349,32 +330,13 @@ def test_probes_smoke_resume_and_records(tmp_path, capsys):
     for p in files:
         rec = json.loads(p.read_text())
         assert rec["smoke"] and rec["experiment"] in PROBES
-        for metric in TABLE_METRICS[rec["experiment"]]:
+        for metric in EXPERIMENTS[rec["experiment"]].metrics:
             assert math.isfinite(rec["final"][metric]), metric
     e12 = [json.loads(p.read_text())
            for p in (tmp_path / "smoke").glob("E12/*.json")]
     assert all(r["final"]["max_relative_error"] == 0.0 for r in e12)
     assert all(r["final"]["as_derived"] == 1.0 for r in e12)
     assert isinstance(PROBES["E10"], Probe)
-
-
-def test_attention_entropy_is_uniform_for_zero_queries_and_keys():
-    """With W_Q = W_K = 0 every score is 0, so each row is uniform over
-    its visible keys: entropy ln(i + 1) at query i, averaged."""
-    cfg = GPTConfig(vocab_size=50, block_size=12, n_layer=2, n_head=2,
-                    n_embd=8)
-    torch.manual_seed(0)
-    model = GPT(cfg)
-    with torch.no_grad():
-        for block in model.blocks:
-            block.attn.c_attn.weight[:, :16].zero_()  # W_Q | W_K columns
-            block.attn.c_attn.bias[:16].zero_()
-    ids = torch.randint(0, 50, (500,))
-    ent = attention_entropy(model, ids, batch_size=4)
-    want = sum(math.log(i + 1) for i in range(12)) / 12
-    assert len(ent) == 2
-    for e in ent:
-        assert math.isclose(e, want, rel_tol=0, abs_tol=1e-6)
 
 
 def test_heldout_losses_per_token_average_to_evaluate():
@@ -439,25 +401,12 @@ def test_judge_complements_and_bad_input():
 FAILURE_TESTS = ROOT / "failure_tests"
 
 
-def test_e13_verdict_bands():
-    """The decision E13 and tools/failure_tests.py share: a pass inside
-    E13_BAND, caught more than E13_CAUGHT away from zero on either side."""
-    from transformer.experiments import E13_BAND, E13_CAUGHT, e13_verdict
-    assert E13_BAND[0] < 0 < E13_BAND[1] < E13_CAUGHT
-    assert e13_verdict(0.0) == "pass"
-    assert e13_verdict(E13_BAND[0]) == e13_verdict(E13_BAND[1]) == "pass"
-    assert e13_verdict(-E13_CAUGHT - 1e-9) == "leak"
-    assert e13_verdict(E13_CAUGHT + 1e-9) == "misfit"
-    assert e13_verdict(-E13_CAUGHT) == "unclear"
-    assert e13_verdict((E13_BAND[1] + E13_CAUGHT) / 2) == "unclear"
-
-
 def test_committed_e13_catches_both_bugs():
     """The committed E13 records pass for the correct model, and the
     committed failure tests (tools/failure_tests.py e13) show each
     deliberate bug caught, on the side declared, for every seed of E13's
     current declaration and recipe."""
-    from transformer.experiments import LEAK_MODEL, e13_verdict
+    from transformer.training_checks import LEAK_MODEL, e13_verdict
     probe = PROBES["E13"]
     recs = [json.loads(p.read_text())
             for p in sorted((ROOT / "E13").glob("*.json"))]
@@ -485,7 +434,7 @@ def test_e12_counts_what_decoding_holds_and_can_fail():
     position fed filled. A cache that allocates twice the positions the
     loop asks for is caught (relative error 1.0 > 5%)."""
     import transformer.kv_cache as kv
-    from transformer.experiments import measure_e12
+    from transformer.ablations import measure_e12
     out = measure_e12(0, smoke=True)
     assert out["max_relative_error"] == 0.0 and out["as_derived"] == 1.0
     real = kv.make_caches
@@ -504,7 +453,7 @@ def test_committed_e12_against_hugging_face():
     """tools/failure_tests.py e12-hf: Hugging Face GPT-2's cache, after
     greedy generation at E12's shapes, holds exactly kv_cache_bytes at
     the positions it filled (it grows by concatenation)."""
-    from transformer.experiments import E12_SHAPES
+    from transformer.ablations import E12_SHAPES
     hf = json.loads((FAILURE_TESTS / "E12_hf.json").read_text())
     assert [(r["B"], r["prompt"]) for r in hf["shapes"]] == [
         (B, T0) for B, T0, _ in E12_SHAPES]
@@ -512,3 +461,27 @@ def test_committed_e12_against_hugging_face():
     for r in hf["shapes"]:
         assert r["held_bytes"] == r["derived_filled"]
         assert r["filled"] == r["prompt"] + r["new"] - 1
+
+
+def test_show_prints_each_points_resolved_configuration(tmp_path, capsys):
+    """`experiment ID --show` prints every grid point's configuration as
+    Experiment.configs resolves it (E6's post-norm arm with its own
+    learning rate and warm-up), and runs and writes nothing."""
+    assert cli(["experiment", "E6", "--show", "--root", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    exp = EXPERIMENTS["E6"]
+    blocks = out.split("\n" + "n_layer=")[1:]
+    assert len(blocks) == len(exp.strata) * len(exp.values)
+    for block, (stratum, value) in zip(blocks, [
+            (s, v) for s in exp.strata for v in exp.values]):
+        assert block.startswith(f"{stratum} norm_position={value} ")
+        model_config, train_config = exp.configs(stratum, value)
+        for config in (model_config, train_config):
+            for name in ("n_layer", "norm_position", "lr", "warmup_steps",
+                         "steps", "n_embd"):
+                if hasattr(config, name):
+                    assert f"{name}={getattr(config, name)!r}" in block
+    assert "norm_position='post'" in out and "warmup_steps=200" in out
+    assert list(tmp_path.iterdir()) == []
+    assert cli(["experiment", "E13", "--show"]) == 0
+    assert "transformer.ablations.measure_e13" in capsys.readouterr().out

@@ -269,3 +269,41 @@ def test_decode_stream_yields_one_token_at_a_time():
                        generate(model, idx, 40, temperature=0)[:, 5:])
     with pytest.raises(ValueError, match="^max_new_tokens"):
         next(decode_stream(model, idx, -1))
+
+
+def test_held_cache_bytes_counts_what_decoding_holds_and_can_fail():
+    """held_cache_bytes counts the tensors the caches of a real
+    decode_stream generation hold: one cache set, one cache per layer,
+    T0 + N - 1 positions filled, exactly kv_cache_bytes at block_size. A
+    loop that allocates twice the positions it asks for is counted as
+    twice the bytes."""
+    import transformer.kv_cache as kv
+    cfg = GPTConfig(vocab_size=64, block_size=48, n_layer=2, n_head=2,
+                    n_embd=16)
+    torch.manual_seed(0)
+    model = GPT(cfg).eval()
+    prompt = torch.randint(0, 64, (3, 5))  # (B, T0)
+    with torch.no_grad():
+        held = kv.held_cache_bytes(model, prompt, 20)
+    assert held == {"new": 20, "cache_sets": 1, "layers": 2, "filled": 24,
+                    "held_bytes": kv_cache_bytes(48, 3, cfg)}
+    real = kv.make_caches
+    kv.make_caches = lambda model, B, max_len: real(model, B, 2 * max_len)
+    try:
+        with torch.no_grad():
+            bad = kv.held_cache_bytes(model, prompt, 20)
+    finally:
+        kv.make_caches = real
+    assert bad["held_bytes"] == 2 * held["held_bytes"]
+
+
+def test_decode_step_times_one_per_new_token():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=64, block_size=32, n_layer=1, n_head=2,
+                          n_embd=16)).eval()
+    prompt = torch.randint(0, 64, (1, 4))  # (1, T0)
+    from transformer.kv_cache import decode_step_times
+    with torch.no_grad():
+        for cached in (True, False):
+            times = decode_step_times(model, prompt, 6, cached)
+            assert len(times) == 6 and all(t > 0 for t in times)

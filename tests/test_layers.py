@@ -17,11 +17,12 @@ LAYERS = [
     ("mechanism", {"attention", "positions", "kernels"}),
     # the cost model is formulas over the model's config (and a timing of
     # its block): it sits with the model, below decoding, which uses it
-    ("model", {"model", "cost_model"}),
+    ("model", {"model", "cost_model", "diagnostics"}),
     ("decoding and training", {"sampling", "kv_cache", "optim", "baseline",
-                               "training", "calibration"}),
+                               "training", "calibration", "recall",
+                               "training_checks"}),
     ("measurement", {"bench"}),
-    ("experiments", {"experiments"}),
+    ("experiments", {"experiments", "ablations"}),
     ("command line", {"cli", "__main__"}),
 ]
 LEVEL = {m: i for i, (_, mods) in enumerate(LAYERS) for m in mods}

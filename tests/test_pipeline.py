@@ -243,6 +243,24 @@ def test_a_chapter_exports_several_modules_each_with_one_chapter(tree):
         literate.expected_package()
 
 
+def test_a_modules_first_cell_may_open_with_its_docstring(tree):
+    """A docstring opening a module's first cell becomes the module's
+    `__doc__`: it is written above `from __future__`, where Python reads
+    it; a module whose first cell opens with code gets none."""
+    planted = PLANTED.replace('#| export beta\ndef two()',
+                              '#| export beta\n"""Beta: one idea."""\ndef two()')
+    (tree / "chapters" / "50_planted.md").write_text(planted)
+    files = literate.expected_package()
+    beta = files[tree / "transformer" / "beta.py"]
+    namespace = {}
+    exec(compile(beta, "beta.py", "exec"), namespace)
+    assert namespace["__doc__"] == "Beta: one idea."
+    assert beta.index('"""Beta') < beta.index("from __future__")
+    alpha = files[tree / "transformer" / "alpha.py"]
+    exec(compile(alpha, "alpha.py", "exec"), namespace := {})
+    assert namespace.get("__doc__") is None
+
+
 def test_a_name_exported_by_two_modules_is_an_error():
     a = literate.Chapter(ROOT / "chapters" / "a.md", "a", ["def f(): pass"])
     b = literate.Chapter(ROOT / "chapters" / "b.md", "b", ["def f(): pass"])

@@ -5,10 +5,11 @@ import math
 import pytest
 import torch
 
-from transformer.experiments import (PROBES, RECALL_MATCH, RECALL_TASK,
-                                     WindowMLP, evaluate_recall,
-                                     recall_batch, recall_fraction_outside,
-                                     recall_models, window_mlp_params)
+from transformer.ablations import EXPERIMENTS
+from transformer.recall import (RECALL_MATCH, RECALL_TASK, WindowMLP,
+                                evaluate_recall, recall_batch,
+                                recall_fraction_outside, recall_models,
+                                window_mlp_params)
 
 
 def test_the_target_is_the_value_paired_with_the_key_earlier():
@@ -102,8 +103,8 @@ def test_evaluate_recall_scores_a_perfect_lookup_as_one():
 
 
 def test_e15_smoke_record_carries_every_table_metric(tmp_path):
-    from transformer.experiments import TABLE_METRICS, run_probe
-    rec = run_probe(PROBES["E15"].smoke(), 0)
-    for m in TABLE_METRICS["E15"]:
+    from transformer.experiments import run_probe
+    rec = run_probe(EXPERIMENTS["E15"].smoke(), 0)
+    for m in EXPERIMENTS["E15"].metrics:
         assert math.isfinite(rec["final"][m]), m
     assert rec["final"]["chance"] == 1 / RECALL_TASK["n_values"]

@@ -5,7 +5,7 @@ applied, to show that each measurement catches what it claims to catch.
     python tools/failure_tests.py e12-hf   # ~1.5 min: E12 against HF GPT-2
     python tools/failure_tests.py all
 
-e13: E13 (`transformer.experiments.measure_e13`, uniformly random tokens,
+e13: E13 (`transformer.ablations.measure_e13`, uniformly random tokens,
 V = 4) for every seed of its declaration, once with the mask applied after
 the softmax and once with a loader whose targets are not shifted (y = x).
 The bugs are the training chapter's teaching definitions, loaded from its
@@ -38,9 +38,10 @@ import torch  # noqa: E402
 
 import literate  # noqa: E402
 from transformer.bench import environment  # noqa: E402
-from transformer.experiments import (E12_SHAPES, E13_CAUGHT,  # noqa: E402
-                                     LEAK_MODEL, PROBES, _tiny_config,
-                                     e13_verdict, measure_e13)
+from transformer.ablations import (E12_SHAPES, EXPERIMENTS,  # noqa: E402
+                                   measure_e13)
+from transformer.training_checks import (E13_CAUGHT, LEAK_MODEL,  # noqa: E402
+                                         e13_verdict, tiny_model_config)
 
 OUT = ROOT / "results" / "experiments" / "failure_tests"
 
@@ -70,7 +71,7 @@ MUTANTS = {
 
 def run_e13(args) -> dict:
     V = LEAK_MODEL["vocab_size"]
-    probe = PROBES["E13"]
+    probe = EXPERIMENTS["E13"]
     out = {"probe": "E13", "model": LEAK_MODEL, "ln_V": math.log(V),
            "caught_at": E13_CAUGHT, "seeds": list(probe.seeds),
            "environment": environment(), "mutants": {}}
@@ -111,7 +112,7 @@ def run_e12_hf(args) -> dict:
     from oracles import hf_gpt2
 
     from transformer.cost_model import kv_cache_bytes
-    cfg = _tiny_config(False)
+    cfg = tiny_model_config()
     hf = hf_gpt2(cfg)
     g = torch.Generator().manual_seed(0)
     rows = []

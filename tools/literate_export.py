@@ -57,15 +57,30 @@ def exported_names(ch: Chapter, module: str | None = None) -> list[str]:
     return [n for n in public_names(cells) if n not in consts | entry]
 
 
+def _leading_docstring(cell: str) -> tuple[str, str]:
+    """(the cell's opening docstring, the rest) or ("", cell): a module's
+    first cell may open with the module's docstring, which must precede
+    `from __future__` to be the module's `__doc__`."""
+    tree = ast.parse(cell)
+    first = tree.body[0] if tree.body else None
+    if not (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+            and isinstance(first.value.value, str)):
+        return "", cell
+    lines = cell.strip("\n").splitlines(keepends=True)
+    return "".join(lines[:first.end_lineno]), "".join(lines[first.end_lineno:])
+
+
 def render_module(ch: Chapter, module: str | None = None) -> str:
     module = module or ch.module
     names = exported_names(ch, module)
-    head = BANNER.format(source=ch.rel)
+    cells = list(ch.modules()[module])
+    doc, cells[0] = _leading_docstring(cells[0])
+    head = BANNER.format(source=ch.rel) + doc
     head += "from __future__ import annotations\n\n"
     if names and not module.startswith("_"):
         items = "".join(f'    "{n}",\n' for n in names)
         head += f"__all__ = [\n{items}]\n"
-    body = "\n\n\n".join(c.strip("\n") for c in ch.modules()[module])
+    body = "\n\n\n".join(c.strip("\n") for c in cells)
     return head + "\n\n" + body + "\n"
 
 

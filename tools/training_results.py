@@ -37,8 +37,8 @@ import literate  # noqa: E402
 from transformer.baseline import (bigram_counts, bigram_loss,  # noqa: E402
                                   token_stream)
 from transformer.bench import environment, write_json  # noqa: E402
-from transformer.experiments import (overfit_config,  # noqa
-                                     shuffled_config)
+from transformer.training_checks import (overfit_config,  # noqa
+                                         shuffled_config)
 from transformer.model import GPTConfig  # noqa: E402
 from transformer.training import (PRESETS, TrainConfig,  # noqa: E402
                                   configs_from, evaluate, heldout_losses,

@@ -347,6 +347,9 @@ def experiment_parser() -> _Parser:
                         "'all'")
     p.add_argument("--list", action="store_true",
                    help="list the experiments and how many runs exist")
+    p.add_argument("--show", action="store_true",
+                   help="print each grid point's resolved model and "
+                        "training configuration, and run nothing")
     p.add_argument("--smoke", action="store_true",
                    help="a seconds-long version of each (for tests); its "
                         "records live apart, under ROOT/smoke")
@@ -729,9 +732,10 @@ def run_cost(args) -> int:
 def run_experiments(args) -> int:
     """`python -m transformer experiment`. The runner is derived in
     chapter "Ablations"."""
-    from transformer.experiments import (EXPERIMENTS, TABLE_METRICS,
-                                         count_records, default_results_dir,
-                                         run_experiment, summary_table)
+    from transformer.ablations import EXPERIMENTS
+    from transformer.experiments import (count_records, default_results_dir,
+                                         describe_points, run_experiment,
+                                         summary_table)
     root = Path(args.root or default_results_dir())
     if root.exists() and not root.is_dir():
         raise ValueError(f"--root: {str(root)!r} is a file; expected a "
@@ -748,6 +752,11 @@ def run_experiments(args) -> int:
         raise ValueError(f"experiment: unknown id {args.id!r}; expected "
                          f"one of {', '.join(ordered)} or 'all' (see "
                          f"--list)")
+    if args.show:
+        for i in ordered if wanted == "ALL" else [wanted]:
+            exp = EXPERIMENTS[i].smoke() if args.smoke else EXPERIMENTS[i]
+            print(describe_points(exp))
+        return 0
     check_output_path(root / ".probe", "--root")
     import torch
     torch.set_num_threads(1)  # one core each: the machine is shared
@@ -757,8 +766,7 @@ def run_experiments(args) -> int:
               f"  falsifier: {exp.falsifier}", flush=True)
         recs = run_experiment(exp, root, shard=args.shard,
                               log=lambda s: print(s, flush=True))
-        print(summary_table(exp, recs, TABLE_METRICS.get(
-            exp.id, ("val_loss",))), flush=True)
+        print(summary_table(exp, recs, exp.metrics), flush=True)
     return 0
 
 

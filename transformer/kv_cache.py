@@ -7,6 +7,8 @@ __all__ = [
     "make_caches",
     "decode_stream",
     "generate",
+    "decode_step_times",
+    "held_cache_bytes",
     "decode_bytes",
     "decode_floor",
 ]
@@ -175,6 +177,63 @@ def generate(model, idx: torch.Tensor, max_new_tokens: int,
             use_cache, generator), start=T0):
         out[:, t] = nxt  # (B,)
     return out
+
+
+import time
+
+
+def decode_step_times(model: GPT, prompt: torch.Tensor, n: int,
+                      cached: bool) -> list[float]:
+    """Seconds per greedy decode step, n steps after the prompt (1, T0):
+    the time between consecutive tokens of decode_stream with the cache
+    (`cached`) or without, the first token (after the prefill) excluded.
+    Section "E11 and E12 as functions the runner calls"."""
+    times, last = [], None
+    for _ in decode_stream(model, prompt, n + 1, temperature=0,
+                           use_cache=cached):
+        now = time.perf_counter()
+        if last is not None:
+            times.append(now - last)
+        last = now
+    return times
+
+
+def _storage_bytes(objs) -> int:
+    """Bytes of the distinct storages of every tensor attribute of
+    `objs` (a storage shared by two views counts once)."""
+    storages = {}
+    for obj in objs:
+        for value in vars(obj).values():
+            if isinstance(value, torch.Tensor):
+                st = value.untyped_storage()
+                storages[st.data_ptr()] = st.nbytes()
+    return sum(storages.values())
+
+
+def held_cache_bytes(model: GPT, prompt: torch.Tensor, n: int) -> dict:
+    """A greedy generation of n tokens after `prompt` (B, T0) through
+    decode_stream with the cache on; the caches the loop hands the model
+    are caught on their way in (a forward pre-hook), and after the last
+    token the bytes of the tensors they hold are counted from their
+    storages. Returns {"new": tokens generated, "cache_sets": how many
+    cache lists the loop made, "layers": caches in the last list,
+    "filled": positions it holds, "held_bytes"}. Section "E11 and E12 as
+    functions the runner calls"."""
+    seen = []
+
+    def catch(module, args, kwargs):
+        caches = kwargs.get("caches")
+        if caches is not None and all(caches is not c for c in seen):
+            seen.append(caches)
+
+    handle = model.register_forward_pre_hook(catch, with_kwargs=True)
+    try:
+        new = sum(1 for _ in decode_stream(model, prompt, n, temperature=0))
+    finally:
+        handle.remove()
+    caches = seen[-1]
+    return {"new": new, "cache_sets": len(seen), "layers": len(caches),
+            "filled": caches[0].length, "held_bytes": _storage_bytes(caches)}
 
 
 from transformer.cost_model import kv_cache_bytes
