@@ -259,7 +259,7 @@ def test_train_eval_sample_on_your_own_text(text, tmp_path, capsys,
     out = capsys.readouterr()
     assert "step 4: train loss" in out.out and "new run" in out.err
     assert ckpt.is_file() and log.is_file()  # --log's folder was created
-    from transformer.training import load_checkpoint
+    from transformer.checkpoint import load_checkpoint
     data = load_checkpoint(ckpt)["data"]
     assert data["kind"] == "text" and data["path"] == str(text)
     assert cli.main(["eval", "--checkpoint", str(ckpt)]) == 0
@@ -327,8 +327,8 @@ def test_steps_0_and_a_full_disk(tmp_path, capsys, monkeypatch, one_thread):
     def full(fd):
         raise OSError(28, "No space left on device")
 
-    import transformer.training as tr_mod
-    monkeypatch.setattr(tr_mod.os, "fsync", full)
+    import transformer.checkpoint as ck_mod
+    monkeypatch.setattr(ck_mod.os, "fsync", full)
     assert cli.main(["train", *TINY, "--set", "steps=2", "--force",
                      "--checkpoint", str(ckpt)]) == 2
     err = errors(capsys)  # the run's header, then one line of error
@@ -360,7 +360,7 @@ def test_a_new_run_never_replaces_a_checkpoint_silently(tmp_path, capsys,
 
 def test_resume_reads_the_configuration_from_the_checkpoint(
         text, tmp_path, capsys, one_thread):
-    from transformer.training import load_checkpoint
+    from transformer.checkpoint import load_checkpoint
     ckpt = tmp_path / "c.pt"
     assert cli.main(own_text(text, ckpt, "--set", "steps=3")) == 0
     capsys.readouterr()
@@ -390,7 +390,7 @@ def test_non_checkpoint_files_and_crafted_configs(tmp_path, capsys,
                                                   one_thread):
     import torch
     from transformer.model import GPT, GPTConfig
-    from transformer.training import _digest, save_checkpoint
+    from transformer.checkpoint import _digest, save_checkpoint
     evil = tmp_path / "evil.pt"
     torch.save({"x": argparse.Namespace()}, evil)
     (tmp_path / "text.pt").write_text("not a checkpoint")
@@ -513,7 +513,7 @@ def start_training(ckpt, steps=100_000, *more):
                                        (signal.SIGTERM, 143)])
 def test_sigint_and_sigterm_save_a_whole_step_and_say_which(sig, code,
                                                             tmp_path):
-    from transformer.training import load_checkpoint
+    from transformer.checkpoint import load_checkpoint
     ckpt = tmp_path / "c.pt"
     proc = start_training(ckpt)
     wait_for(ckpt.exists, proc)  # training has started
@@ -535,7 +535,7 @@ def test_sigkill_loses_at_most_checkpoint_interval_steps(tmp_path,
     """kill -9 cannot be caught: the last periodic checkpoint survives
     whole, and resuming from it ends exactly where an uninterrupted run
     ends."""
-    from transformer.training import load_checkpoint
+    from transformer.checkpoint import load_checkpoint
     ckpt = tmp_path / "c.pt"
     proc = start_training(ckpt, 60)
     wait_for(lambda: ckpt.exists() and load_checkpoint(ckpt)["step"] >= 6,

@@ -18,12 +18,12 @@ import transformer.training as training_module
 
 from transformer.baseline import get_batch
 from transformer.model import GPT, GPTConfig
+from transformer.checkpoint import (check_weights_fit, load_checkpoint,
+                                    model_from_checkpoint,
+                                    remove_stale_temporaries, save_checkpoint)
 from transformer.training import (PRESETS, TrainConfig, TrainingInterrupted,
-                                  check_weights_fit, configs_from, evaluate,
-                                  evaluate_text, init_model, load_checkpoint,
-                                  model_from_checkpoint, read_text,
-                                  remove_stale_temporaries, save_checkpoint,
-                                  text_stream, train)
+                                  configs_from, evaluate, evaluate_text,
+                                  init_model, read_text, text_stream, train)
 
 V = 32
 
@@ -495,7 +495,7 @@ def test_a_config_that_does_not_describe_the_weights_is_refused(tmp_path):
             check_weights_fit(cfg, state)
         assert time.perf_counter() - t0 < 5  # refused, not allocated
     # the same through a file whose digest is intact
-    from transformer.training import _digest
+    from transformer.checkpoint import _digest
     path = save_checkpoint(tmp_path / "m.pt", model, step=1)
     ckpt = torch.load(path, weights_only=True)
     ckpt["model_config"]["n_layer"] = 10**6

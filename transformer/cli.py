@@ -445,8 +445,8 @@ def _training_data(data_arg, vocab_size: int, ckpt: dict | None):
     import torch
     from transformer.baseline import token_stream
     from transformer.data import train_val_split
-    from transformer.training import (tokenizer_from_text, read_text,
-                                      text_stream)
+    from transformer.checkpoint import tokenizer_from_text
+    from transformer.training import read_text, text_stream
     recorded = (ckpt or {}).get("data") or {"kind": "corpus"}
     if ckpt is not None and recorded["kind"] == "corpus":
         if data_arg is not None:
@@ -475,27 +475,6 @@ def _training_data(data_arg, vocab_size: int, ckpt: dict | None):
                                        dtype=torch.int64)
                           for t in (train_text, val_text))  # (N,), (M,)
     return tokenizer, train_ids, val_ids, recorded
-
-
-def _resumed_configs(ckpt: dict, overrides: dict, path: Path):
-    from transformer.model import GPTConfig
-    from transformer.training import RESUMABLE_FIELDS, TrainConfig
-    fixed = sorted(set(overrides) - set(RESUMABLE_FIELDS))
-    if fixed:
-        raise ValueError(f"--set {fixed[0]}: a resumed run keeps the "
-                         f"configuration stored in its checkpoint; only "
-                         f"{', '.join(RESUMABLE_FIELDS)} may change (or "
-                         f"start a new run with --force)")
-    if not ckpt["train_config"]:
-        raise ValueError(f"--resume: {str(path)!r} holds no training "
-                         f"configuration, so it cannot be resumed")
-    train_cfg = TrainConfig(**{**ckpt["train_config"], **overrides})
-    if train_cfg.steps <= ckpt["step"]:
-        raise ValueError(f"--resume: the run in {str(path)!r} has done "
-                         f"{ckpt['step']} of {train_cfg.steps} steps; "
-                         f"extend it with --set steps=N, N > "
-                         f"{ckpt['step']}")
-    return GPTConfig(**ckpt["model_config"]), train_cfg
 
 
 def _interrupt_message(stop, path: Path) -> str:
@@ -536,14 +515,15 @@ def _run_configs(args, path: Path, overrides: dict):
     """(checkpoint or None, model config, training config): a resumed
     run's from its checkpoint, a new run's from the preset; refuses to
     replace an existing checkpoint without --force."""
+    import transformer.checkpoint as ck
     import transformer.training as tr
     ckpt = None
     if path.exists() and args.resume:
         if args.preset is not None:
             raise ValueError("--preset: a resumed run takes its "
                              "configuration from the checkpoint")
-        ckpt = tr.load_checkpoint(path)
-        model_cfg, train_cfg = _resumed_configs(ckpt, overrides, path)
+        ckpt = ck.load_checkpoint(path)
+        model_cfg, train_cfg = ck.resumed_configs(ckpt, overrides, path)
     elif path.exists() and not args.force:
         raise ValueError(f"--checkpoint: {str(path)!r} exists; pass "
                          f"--resume to continue that run, or --force to "
@@ -556,6 +536,7 @@ def _run_configs(args, path: Path, overrides: dict):
 
 def run_train(args) -> int:
     """`python -m transformer train`. Section "Training"."""
+    import transformer.checkpoint as ck
     import transformer.training as tr
     device = _machine(args)
     overrides = parse_overrides(args.overrides)
@@ -574,7 +555,7 @@ def run_train(args) -> int:
                          f"held-out tokens; windows of {T} tokens need "
                          f"more of each (a longer text, or a smaller "
                          f"--set block_size)")
-    for stale in tr.remove_stale_temporaries(path):
+    for stale in ck.remove_stale_temporaries(path):
         print(f"removed {stale}, left by a write that was killed",
               file=sys.stderr)
     model = tr.init_model(model_cfg, train_cfg.seed).to(device)
@@ -606,7 +587,7 @@ def run_train(args) -> int:
 def _model_with_tokenizer(path, device):
     """(model, tokenizer, checkpoint) of a checkpoint that holds a
     tokenizer, as eval and sample need; ValueError otherwise."""
-    from transformer.training import model_from_checkpoint
+    from transformer.checkpoint import model_from_checkpoint
     model, tokenizer, ckpt = model_from_checkpoint(path, device)
     if tokenizer is None:
         raise ValueError(f"--checkpoint: {path!r} holds no tokenizer, so "

@@ -6,17 +6,11 @@ __all__ = [
     "TrainConfig",
     "heldout_losses",
     "evaluate",
-    "tokenizer_from_text",
-    "save_checkpoint",
-    "load_checkpoint",
-    "check_weights_fit",
-    "model_from_checkpoint",
     "TrainingInterrupted",
     "train",
     "read_text",
     "text_stream",
     "evaluate_text",
-    "remove_stale_temporaries",
     "configs_from",
     "init_model",
 ]
@@ -27,7 +21,6 @@ import math
 import os
 import signal
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -36,6 +29,9 @@ from pathlib import Path
 import torch
 
 from transformer.baseline import get_batch
+from transformer.checkpoint import restore_run, rng_state, save_checkpoint
+from transformer.checkpoint import (  # noqa: F401  (older imports)
+    CHECKPOINT_FORMAT, load_checkpoint, model_from_checkpoint)
 from transformer.model import GPT, GPTConfig, compile_model
 from transformer.optim import AdamW, clip_grad_norm, lr_at
 from transformer.tokenizer import BPETokenizer
@@ -173,186 +169,6 @@ def evaluate(model: torch.nn.Module, ids: torch.Tensor, block_size: int,
                           seed).mean().item()
 
 
-CHECKPOINT_FORMAT = "transformer-checkpoint"
-CHECKPOINT_VERSION = 1
-_CHECKPOINT_KEYS = ("format", "version", "model_config", "train_config",
-                    "model", "optimizer", "step", "rng", "history",
-                    "tokenizer", "digest")
-
-
-def _digest(obj, h=None) -> str:
-    """SHA-256 over a nested structure of dicts, lists and tensors."""
-    import hashlib
-    top = h is None
-    h = hashlib.sha256() if top else h
-    if isinstance(obj, dict):
-        for key in sorted(obj, key=str):
-            h.update(repr(key).encode())
-            _digest(obj[key], h)
-    elif isinstance(obj, (list, tuple)):
-        h.update(f"[{len(obj)}".encode())
-        for item in obj:
-            _digest(item, h)
-    elif isinstance(obj, torch.Tensor):
-        t = obj.detach().cpu().contiguous()
-        h.update(f"{t.dtype}{tuple(t.shape)}".encode())
-        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
-    else:
-        h.update(repr(obj).encode())
-    return h.hexdigest() if top else ""
-
-
-def _tokenizer_text(tokenizer) -> str | None:
-    if tokenizer is None:
-        return None
-    if not isinstance(tokenizer, BPETokenizer):
-        raise ValueError(f"tokenizer: expected a BPETokenizer or None, got "
-                         f"{type(tokenizer).__name__}")
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "tokenizer.bpe"
-        tokenizer.save(path)
-        return path.read_text(encoding="utf-8")
-
-
-def tokenizer_from_text(text: str | None):
-    """The BPETokenizer a checkpoint stores as text (None if it stores
-    none). Defined in chapter "Training", section "Checkpoints"."""
-    if text is None:
-        return None
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "tokenizer.bpe"
-        path.write_text(text, encoding="utf-8")
-        return BPETokenizer.load(path)
-
-
-def save_checkpoint(path, model, optimizer=None, step: int = 0,
-                    train_config: TrainConfig | None = None,
-                    rng: dict | None = None, history: dict | None = None,
-                    tokenizer=None, data: dict | None = None) -> Path:
-    """Write everything needed to resume a run to `path`, atomically.
-
-    The file is first written in full under a temporary name in the same
-    folder (PATH.<random>.tmp), flushed to disk, then renamed over `path`
-    (os.replace is atomic on POSIX): a crash mid-write leaves the previous
-    checkpoint intact. `data` describes the training text (a dict of plain
-    values, kept for resuming and evaluating). Defined in chapter
-    "Training", section "Checkpoints"."""
-    config = getattr(model, "config", None)
-    if not isinstance(config, GPTConfig):
-        raise ValueError("model: expected a model with a GPTConfig "
-                         "`config` (a GPT)")
-    path = Path(path)
-    ckpt = {
-        "format": CHECKPOINT_FORMAT,
-        "version": CHECKPOINT_VERSION,
-        "model_config": dataclasses.asdict(config),
-        "train_config": (None if train_config is None
-                         else dataclasses.asdict(train_config)),
-        "model": model.state_dict(),
-        "optimizer": None if optimizer is None else optimizer.state_dict(),
-        "step": int(step),
-        "rng": rng or {},
-        "history": history or {},
-        "tokenizer": _tokenizer_text(tokenizer),
-        "data": dict(data or {}),
-    }
-    ckpt["digest"] = _digest({k: v for k, v in ckpt.items()})
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp",
-                               dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(ckpt, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def load_checkpoint(path) -> dict:
-    """Read a checkpoint written by save_checkpoint, with
-    torch.load(weights_only=True) (tensors and plain containers only, no
-    arbitrary code), and check its format, keys and digest; ValueError
-    otherwise. Defined in chapter "Training", section "Checkpoints"."""
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"checkpoint: no file at {str(path)!r}")
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # corrupted files fail in many ways
-        # not PyTorch's own message: it advises weights_only=False, the
-        # one switch that would let the file run code
-        why = ("it holds objects other than tensors and plain containers, "
-               "which are never loaded"
-               if "global" in str(err).lower() else
-               "it is not a PyTorch file, or it is damaged")
-        raise ValueError(f"checkpoint: {str(path)!r} is not a checkpoint "
-                         f"written by `train` ({why})") from None
-    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"checkpoint: {str(path)!r} is not a "
-                         f"{CHECKPOINT_FORMAT} file")
-    if ckpt.get("version") != CHECKPOINT_VERSION:
-        raise ValueError(f"checkpoint: {str(path)!r} has version "
-                         f"{ckpt.get('version')!r}, this code reads "
-                         f"version {CHECKPOINT_VERSION}")
-    missing = [k for k in _CHECKPOINT_KEYS if k not in ckpt]
-    if missing:
-        raise ValueError(f"checkpoint: {str(path)!r} lacks {missing}")
-    digest = ckpt.pop("digest")
-    if _digest(ckpt) != digest:
-        raise ValueError(f"checkpoint: {str(path)!r} is corrupted (its "
-                         f"contents do not match the digest stored in it)")
-    ckpt.setdefault("data", {})  # files written before the key existed
-    return ckpt
-
-
-def check_weights_fit(config: GPTConfig, state: dict) -> None:
-    """ValueError unless `state` (a state dict) holds exactly the tensors
-    a GPT(config) has, by name and shape; checked before any memory is
-    allocated, so a crafted config (n_layer = 10**6, a vocabulary of
-    10**12) is refused instead of exhausting memory. Defined in chapter
-    "Training", section "Checkpoints"."""
-    if not isinstance(state, dict):
-        raise ValueError("checkpoint: its model weights are not a dict")
-    if config.n_layer > len(state):  # every block holds several tensors
-        raise ValueError(f"checkpoint: model_config has n_layer = "
-                         f"{config.n_layer}, but the file holds only "
-                         f"{len(state)} tensors")
-    with torch.device("meta"):  # shapes only: nothing is allocated
-        skeleton = GPT(config)
-    want = {k: tuple(v.shape) for k, v in skeleton.state_dict().items()}
-    got = {k: tuple(v.shape) for k, v in state.items()
-           if isinstance(v, torch.Tensor)}
-    if want != got:
-        diff = sorted(k for k in set(want) | set(got)
-                      if want.get(k) != got.get(k))
-        shown = ", ".join(f"{k}: config {want.get(k)} vs file "
-                          f"{got.get(k)}" for k in diff[:3])
-        raise ValueError(f"checkpoint: model_config does not describe its "
-                         f"weights ({len(diff)} tensors differ; {shown})")
-
-
-def model_from_checkpoint(path, device="cpu"):
-    """(model, tokenizer or None, checkpoint dict) from a checkpoint file,
-    with the model in eval mode on `device` (the file loads onto any
-    device). Defined in chapter "Training", section "Checkpoints"."""
-    ckpt = load_checkpoint(path)
-    try:
-        config = GPTConfig(**ckpt["model_config"])
-    except TypeError as err:
-        raise ValueError(f"checkpoint: model_config does not fit this "
-                         f"GPTConfig ({err})") from None
-    check_weights_fit(config, ckpt["model"])
-    with torch.device(device):  # built where it will run, then filled
-        model = GPT(config)
-    model.load_state_dict(ckpt["model"])
-    model.eval()
-    return model, tokenizer_from_text(ckpt["tokenizer"]), ckpt
-
-
 def _param_groups(model: torch.nn.Module, weight_decay: float) -> list:
     """Decay matrices and embeddings (dim >= 2), not biases or norm gains:
     decay pulls a parameter toward 0, which for a gain means toward
@@ -403,7 +219,7 @@ class _Run:
         """Write the whole state to the checkpoint, if there is one."""
         if self.path is not None:
             save_checkpoint(self.path, self.model, self.optimizer, self.step,
-                            self.cfg, _rng_state(self.gen), self.hist,
+                            self.cfg, rng_state(self.gen), self.hist,
                             self.tokenizer, self.data)
             self.saved_step = self.step
 
@@ -416,72 +232,6 @@ class _Run:
         self.hist["val_loss"].append(evaluate(
             self.model, self.val_ids, self.seq_len, self.cfg.batch_size,
             self.cfg.eval_batches, seed=self.eval_seed))
-
-
-def _rng_state(gen: torch.Generator) -> dict:
-    state = {"torch": torch.get_rng_state(), "batches": gen.get_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: dict, gen: torch.Generator) -> None:
-    torch.set_rng_state(state["torch"])
-    gen.set_state(state["batches"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-# fields that may change between a run and its resumption; `steps` may
-# grow, which extends a run (the cosine schedule stretches to the new end)
-RESUMABLE_FIELDS = ("steps", "eval_interval", "eval_batches",
-                    "checkpoint_interval")
-
-
-def _differing(ours: dict, theirs: dict, skip=()) -> list[str]:
-    """The keys whose values differ between two config dicts."""
-    return sorted(k for k in set(ours) | set(theirs)
-                  if k not in skip and ours.get(k) != theirs.get(k))
-
-
-def _check_resume(ckpt: dict, model, cfg: TrainConfig) -> None:
-    ours = dataclasses.asdict(model.config)
-    theirs = ckpt["model_config"]
-    diff = _differing(ours, theirs)
-    if diff:
-        shown = ", ".join(f"{k}: model {ours.get(k)!r} vs checkpoint "
-                          f"{theirs.get(k)!r}" for k in diff)
-        raise ValueError(f"model: config does not match the checkpoint "
-                         f"({shown})")
-    if cfg.steps < ckpt["step"]:
-        raise ValueError(f"steps: expected >= the checkpoint's step "
-                         f"{ckpt['step']}, got {cfg.steps}")
-    ours = dataclasses.asdict(cfg)
-    theirs = ckpt["train_config"] or {}
-    diff = _differing(ours, theirs, RESUMABLE_FIELDS)
-    if diff:
-        shown = ", ".join(f"{k}: {ours.get(k)!r} vs checkpoint "
-                          f"{theirs.get(k)!r}" for k in diff)
-        raise ValueError(f"cfg: differs from the checkpoint's training "
-                         f"config ({shown}); resuming would not continue "
-                         f"the same run")
-
-
-def _restore(run: _Run, path) -> None:
-    """Put the state a checkpoint holds into `run`, after checking that it
-    continues the same run; a tokenizer or data description the caller
-    did not give comes from the file."""
-    ckpt = load_checkpoint(path)
-    _check_resume(ckpt, run.model, run.cfg)
-    run.model.load_state_dict(ckpt["model"])
-    run.optimizer.load_state_dict(ckpt["optimizer"])
-    _set_rng_state(ckpt["rng"], run.gen)
-    run.hist = {k: list(v) for k, v in ckpt["history"].items()}
-    run.step = run.resumed_from = run.saved_step = ckpt["step"]
-    if run.tokenizer is None:
-        run.tokenizer = tokenizer_from_text(ckpt["tokenizer"])
-    if run.data is None:
-        run.data = ckpt["data"]
 
 
 def _train_step(run: _Run, train_ids: torch.Tensor) -> bool:
@@ -694,7 +444,7 @@ def train(model: torch.nn.Module, train_ids: torch.Tensor,
     run = _Run(model, cfg, val_ids, seq_len, checkpoint_path, tokenizer,
                data, compile)
     if resume and Path(checkpoint_path).is_file():
-        _restore(run, checkpoint_path)
+        restore_run(run, checkpoint_path)
     _run_steps(run, train_ids, progress, callback)
     run.save()
     hist = run.hist
@@ -800,21 +550,6 @@ def evaluate_text(model: torch.nn.Module, tokenizer, ids: torch.Tensor,
     return {"loss": loss, "perplexity": math.exp(loss),
             "bits_per_byte": loss * len(targets) / math.log(2) / n_bytes,
             "tokens": len(targets), "bytes": n_bytes}
-
-
-def remove_stale_temporaries(path) -> list[Path]:
-    """Delete the PATH.<random>.tmp files that save_checkpoint leaves
-    behind when its process is killed mid-write (the checkpoint itself is
-    never damaged), and return them. Defined in chapter "Training",
-    section "Your own text"."""
-    import glob
-    path = Path(path)
-    if not path.parent.is_dir():
-        return []
-    stale = sorted(path.parent.glob(glob.escape(path.name) + ".*.tmp"))
-    for f in stale:
-        f.unlink(missing_ok=True)
-    return stale
 
 
 # name -> (GPTConfig kwargs, TrainConfig kwargs). Next to each preset, its
