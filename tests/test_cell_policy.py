@@ -131,3 +131,20 @@ def test_rendered_code_drops_glue_statements_only():
     assert hide_directives.drop_glue(src) == (
         "x = 1\n\nif x:\n    glue('c', 2)\nprint(x)")
     assert hide_directives.drop_glue("def f(:\n") == "def f(:\n"
+
+
+def test_adjacent_stream_boxes_of_one_cell_are_joined():
+    from docutils import nodes
+
+    def box(text, cls):
+        return nodes.literal_block(text, text, classes=["output", cls])
+
+    out = nodes.container(classes=["cell_output"])
+    out += [box("header\n", "stream"), box("row 1\n", "stream"),
+            box("row 2", "stream"), box("warn", "stderr"),
+            box("after", "stream")]
+    doc = nodes.section()
+    doc += out
+    hide_directives.merge_streams(doc)
+    assert [c.astext() for c in out.children] == [
+        "header\nrow 1\nrow 2", "warn", "after"]

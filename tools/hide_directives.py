@@ -10,6 +10,11 @@ prose, which shows it; in the code they are plumbing (the cell policy in
 tools/cell_policy.py). Top-level glue statements, and top-level loops whose
 body only glues, are dropped from the shown source of each code cell's
 input; they still run, and nbval still compares their outputs.
+
+A cell that prints, glues, and prints again has its stream output cut into
+several boxes by the (invisible) glue records between them; adjacent boxes
+of the same stream in one cell's output are shown as one box, as a reader
+running the cell would see it.
 """
 import ast
 import re
@@ -110,8 +115,30 @@ def _replace(block, new: str) -> None:
         block.parent.remove(block)
 
 
+def merge_streams(doctree) -> None:
+    """Join adjacent output boxes of the same stream within one cell."""
+    for out in list(doctree.findall(nodes.container)):
+        if "cell_output" not in out.get("classes", []):
+            continue
+        kept = []
+        for child in list(out.children):
+            prev = kept[-1] if kept else None
+            if (prev is not None and isinstance(child, nodes.literal_block)
+                    and isinstance(prev, nodes.literal_block)
+                    and "stream" in child.get("classes", [])
+                    and child.get("classes") == prev.get("classes")):
+                a, b = prev.astext(), child.astext()
+                text = a + ("" if a.endswith("\n") else "\n") + b
+                prev.children = [nodes.Text(text)]
+                prev.rawsource = text
+                out.remove(child)
+                continue
+            kept.append(child)
+
+
 def on_doctree_read(app, doctree):
     _strip(doctree)
+    merge_streams(doctree)
 
 
 def setup(app):

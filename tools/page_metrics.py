@@ -40,7 +40,10 @@ WIDTH = 1280
 SCRIPT = r"""
 <script>
 (function () {
-  function visible(el) { return el.getClientRects().length > 0; }
+  function visible(el) {  // a closed <details> (a folded cell) hides its content
+    return el.getClientRects().length > 0 &&
+           !el.closest('details:not([open])');
+  }
   function measure() {
     try { measureOrThrow(); } catch (e) {
       const pre = document.createElement('div');
