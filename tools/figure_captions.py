@@ -109,6 +109,13 @@ CAPTIONS: dict[str, list[tuple[str, str, str]]] = {
          "by FLOPs and by measured time (95% intervals), at two widths: in "
          "time it passes half long before it does in FLOPs."),
     ],
+    "11_sampling": [
+        ("import matplotlib.pyplot as plt\n\nfig, axes = plt.subplots(1, 5",
+         "fig-truncations",
+         "The worked example's distribution p and the four rules applied to "
+         "it: temperature 0.5 sharpens every bar, top-k and top-p delete the "
+         "tail and renormalise what is left."),
+    ],
     "12_kv_cache": [
         ("fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))",
          "fig-decode-latency",
@@ -119,6 +126,13 @@ CAPTIONS: dict[str, list[tuple[str, str, str]]] = {
         ("fig, ax = plt.subplots(figsize=(6.4, 4.8))", "fig-decode-roofline",
          "The decode roofline: measured median time per token against the "
          "floor set by the bytes each step must read."),
+    ],
+    "13_error_bars": [
+        ("show = 40", "fig-coverage",
+         "Nominal 95% intervals for the mean loss on 40 simulated evaluation "
+         "sets (red: misses the true mean, dashed). Treating tokens as "
+         "independent (left) makes the intervals far too narrow; averaging "
+         "within documents first (right) gives intervals that cover."),
     ],
     "14_calibration": [
         ("fig, axes = plt.subplots(1, 2, figsize=(9, 4), sharey=True)",
