@@ -22,8 +22,13 @@ VERSIONED = ("torch", "numpy", "matplotlib", "regex", "tqdm", "jupyter-book",
 
 
 def cell_signature(cell) -> tuple:
-    tags = tuple(cell.get("metadata", {}).get("tags", []))
-    return cell.cell_type, cell.source.strip("\n"), tags
+    """What the page shows of a cell: its source, tags and myst-nb options
+    (a figure's caption); never its outputs."""
+    meta = cell.get("metadata", {})
+    tags = tuple(meta.get("tags", []))
+    mystnb = json.dumps(meta.get("mystnb"), sort_keys=True) \
+        if "mystnb" in meta else None
+    return cell.cell_type, cell.source.strip("\n"), tags, mystnb
 
 
 def notebook_from_chapter(path: Path):

@@ -1,0 +1,482 @@
+"""The cell policy: which code cells a reader sees, which are folded away.
+
+    python tools/cell_policy.py check            # exit 1 on any breach
+    python tools/cell_policy.py apply [NAME ...] # set the tags in chapters/*.md
+    python tools/cell_policy.py suggest NAME     # a table for a new chapter
+
+Every code cell still runs and nbval still compares every output; the policy
+decides only what the rendered page shows. A cell a reader sees either
+derives, demonstrates or measures something the surrounding prose discusses.
+The rest is folded, by one of three cell tags:
+
+- `remove-cell`: the cell only glues numbers for the prose, re-checks a record
+  or asserts what the prose already showed, and prints nothing a reader needs
+  (its glued values still reach the prose);
+- `remove-input`: the output matters (a table, a figure, a printed result),
+  the code that makes it does not;
+- `hide-input`: plumbing inside an export cell (argument checkers, `_check_*`
+  functions) and check-heavy demo cells: folded under a "show code" toggle,
+  one click away.
+
+`TABLE` below names the folded cells of each chapter, each by the start of
+its source (directive lines off: a stable match that survives edits below
+the first line; add lines to the match until it is unique). `apply` changes
+only those three tags in the chapters' `:tags:` lines: it never splits,
+merges or reorders a cell and never changes code, so
+`tools/literate.py refresh` carries the result into the executed notebooks
+without re-running them. It is idempotent, and the table is the whole truth:
+a policy tag on a cell the table does not name is taken off.
+
+`check` fails when a table entry finds no cell or more than one (so an edit
+to a chapter that moved a cell fails loudly here), when a chapter's tags
+differ from the table (run `apply`), when a cell that only glues or asserts
+is left visible, when an export cell holding only argument checkers is left
+visible, or when `remove-cell` would drop an output a reader sees (use
+`remove-input` for those). `suggest` prints the table the same rules
+propose for a chapter, as a starting point for its entry.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from literate_source import Paths, directives  # noqa: E402
+
+POLICY_TAGS = ("remove-cell", "remove-input", "hide-input")
+
+# chapter -> [(start of the cell's source, tag)]; the table itself is at the
+# end of this file
+TABLE: dict[str, list[tuple[str, str]]] = {}
+
+FENCE = re.compile(r"^```\{code-cell\}[^\n]*\n", re.M)
+TAGS_LINE = re.compile(r"^:tags:\s*\[(.*?)\]\s*$")
+GLUE_RECORD = "application/papermill.record/"
+HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t]*$", re.M)
+SECTION = "§"  # a TABLE entry "§Heading" names every code cell of a section
+
+
+# ---------------------------------------------------------------- cells
+
+class Cell:
+    """One code cell of a chapter's markdown source, with its text span."""
+
+    def __init__(self, text: str, start: int, end: int):
+        self.start, self.end = start, end  # the cell's options + body span
+        block = text[start:end]
+        lines = block.split("\n")
+        self.options: list[str] = []
+        i = 0
+        while i < len(lines) and lines[i].startswith(":"):
+            self.options.append(lines[i])
+            i += 1
+        if i < len(lines) and lines[i] == "---" and not self.options:
+            # YAML-block options: left as they are, tags read from them
+            j = lines.index("---", i + 1) if "---" in lines[i + 1:] else i
+            self.options = lines[i:j + 1]
+            i = j + 1
+        self.source = "\n".join(lines[i:]).strip("\n")
+        self.directives, self.body = directives(self.source)
+
+    @property
+    def tags(self) -> list[str]:
+        for line in self.options:
+            m = TAGS_LINE.match(line)
+            if m:
+                return [t.strip().strip("'\"") for t in m.group(1).split(",")
+                        if t.strip()]
+        return []
+
+    @property
+    def exported(self) -> bool:
+        return "export" in self.directives
+
+
+def code_cells(text: str) -> list[Cell]:
+    cells = []
+    for m in FENCE.finditer(text):
+        end = text.index("\n```", m.end() - 1)
+        cells.append(Cell(text, m.end(), end))
+    return cells
+
+
+def chapter_text(name: str) -> str:
+    return (Paths.CHAPTERS / f"{name}.md").read_text(encoding="utf-8")
+
+
+def with_tags(text: str, cell: Cell, tags: list[str]) -> str:
+    """The chapter text with `cell`'s `:tags:` line set to `tags`."""
+    block = text[cell.start:cell.end]
+    lines = block.split("\n")
+    n_opts = 0
+    while n_opts < len(lines) and lines[n_opts].startswith(":"):
+        n_opts += 1
+    opts = [ln for ln in lines[:n_opts] if not TAGS_LINE.match(ln)]
+    if tags:
+        opts.insert(0, f":tags: [{', '.join(tags)}]")
+    new = "\n".join(opts + lines[n_opts:])
+    return text[:cell.start] + new + text[cell.end:]
+
+
+# ---------------------------------------------------------------- rules
+
+def _is_glue(node: ast.stmt) -> bool:
+    return (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
+            and getattr(node.value.func, "id", None) == "glue")
+
+
+def statement_kinds(body: str) -> list[str]:
+    """'import', 'glue', 'assert', 'checker' (a `_check*` definition) or
+    'other' for each top-level statement of a cell."""
+    try:
+        tree = ast.parse(body)
+    except SyntaxError:
+        return ["other"]
+    kinds = []
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            kinds.append("import")
+        elif _is_glue(node):
+            kinds.append("glue")
+        elif isinstance(node, ast.For) and all(_is_glue(b) for b in node.body):
+            kinds.append("glue")
+        elif isinstance(node, ast.Assert):
+            kinds.append("assert")
+        elif (isinstance(node, (ast.FunctionDef, ast.ClassDef))
+              and node.name.startswith("_check")):
+            kinds.append("checker")
+        else:
+            kinds.append("other")
+    return kinds
+
+
+def glue_only(cell: Cell) -> bool:
+    """Only imports, glue calls and asserts: nothing a reader learns from."""
+    kinds = set(statement_kinds(cell.body)) - {"import"}
+    return bool(kinds) and kinds <= {"glue", "assert"}
+
+
+def checkers_only(cell: Cell) -> bool:
+    kinds = set(statement_kinds(cell.body)) - {"import"}
+    return cell.exported and kinds == {"checker"}
+
+
+CHECK_SHARE = 0.35  # suggest hide-input at this share of glue and asserts
+
+
+def check_share(cell: Cell) -> float:
+    """Fraction of a cell's lines in glue calls and asserts."""
+    try:
+        tree = ast.parse(cell.body)
+    except SyntaxError:
+        return 0.0
+    total = len([ln for ln in cell.body.splitlines() if ln.strip()])
+    checked = sum(n.end_lineno - n.lineno + 1 for n in tree.body
+                  if _is_glue(n) or isinstance(n, ast.Assert))
+    return checked / total if total else 0.0
+
+
+def shown_outputs(notebook: Path) -> list[bool] | None:
+    """For each code cell of an executed notebook: does it show an output
+    (anything but glue records)? None when there is no notebook."""
+    if not notebook.exists():
+        return None
+    import nbformat
+
+    nb = nbformat.read(notebook, as_version=4)
+    shown = []
+    for c in nb.cells:
+        if c.cell_type != "code":
+            continue
+        vis = [o for o in c.outputs if not any(
+            k.startswith(GLUE_RECORD) for k in o.get("data", {}))]
+        shown.append(bool(vis))
+    return shown
+
+
+def suggested_tag(cell: Cell, shows_output: bool) -> str | None:
+    if checkers_only(cell):
+        return "hide-input"
+    if cell.exported:
+        return None
+    if glue_only(cell):
+        return "remove-input" if shows_output else "remove-cell"
+    if check_share(cell) >= CHECK_SHARE:
+        return "hide-input"
+    return None
+
+
+# ---------------------------------------------------------------- table
+
+def resolve(name: str, text: str | None = None):
+    """Match the table's entries to cells: ({cell index: tag}, problems)."""
+    text = chapter_text(name) if text is None else text
+    cells = code_cells(text)
+    wanted, problems = {}, []
+    sections = []
+    for start, tag in TABLE.get(name, []):
+        if tag not in POLICY_TAGS:
+            problems.append(f"{name}: {tag!r} is not a policy tag")
+            continue
+        if start.startswith(SECTION):
+            sections.append((start, tag))
+            continue
+        hits = [i for i, c in enumerate(cells)
+                if c.body.startswith(start.strip("\n"))]
+        first = start.splitlines()[0] if start else ""
+        if not hits:
+            problems.append(f"{name}: no cell starts with {first!r} "
+                            "(the cell changed or moved: fix TABLE)")
+        elif len(hits) > 1:
+            problems.append(f"{name}: {len(hits)} cells start with {first!r} "
+                            "(lengthen the match until it is unique)")
+        elif hits[0] in wanted:
+            problems.append(f"{name}: two entries name the cell {first!r}")
+        else:
+            wanted[hits[0]] = tag
+    for start, tag in sections:
+        span = section_span(text, start[len(SECTION):].strip())
+        if span is None:
+            problems.append(f"{name}: no heading {start!r} (the section "
+                            "was renamed or moved: fix TABLE)")
+            continue
+        inside = [i for i, c in enumerate(cells)
+                  if span[0] <= c.start < span[1] and i not in wanted]
+        if not inside:
+            problems.append(f"{name}: section {start!r} holds no code cell")
+        for i in inside:  # a cell's own entry wins over its section's
+            wanted[i] = tag
+    return wanted, problems
+
+
+def section_span(text: str, title: str) -> tuple[int, int] | None:
+    """Where the section headed `title` starts and ends (at the next heading
+    of the same or a higher level)."""
+    code = [(c.start, c.end) for c in code_cells(text)]
+    heads = [(m.start(), len(m.group(1)), m.group(2).strip())
+             for m in HEADING.finditer(text)
+             if not any(a <= m.start() < b for a, b in code)]
+    for k, (pos, level, head) in enumerate(heads):
+        if head == title:
+            end = next((p for p, lv, _ in heads[k + 1:] if lv <= level),
+                       len(text))
+            return pos, end
+    return None
+
+
+def chapter_names() -> list[str]:
+    return sorted(p.stem for p in Paths.CHAPTERS.glob("*.md"))
+
+
+def check(names: list[str] | None = None,
+          texts: dict[str, str] | None = None) -> list[str]:
+    problems = []
+    for name in names or chapter_names():
+        text = (texts or {}).get(name) or chapter_text(name)
+        wanted, found = resolve(name, text)
+        problems += found
+        shown = shown_outputs(Paths.BOOK / f"{name}.ipynb")
+        cells = code_cells(text)
+        if shown is not None and len(shown) != len(cells):
+            shown = None  # notebook stale: tools/literate.py check says so
+        for i, cell in enumerate(cells):
+            first = (cell.body.splitlines() or [""])[0]
+            have = [t for t in cell.tags if t in POLICY_TAGS]
+            want = [wanted[i]] if i in wanted else []
+            if have != want and not found:
+                problems.append(f"{name}: cell {first!r} has {have or 'no'} "
+                                f"policy tag, the table says {want or 'none'}"
+                                " (run tools/cell_policy.py apply)")
+            visible = not (set(have) | set(want))
+            if visible and glue_only(cell):
+                problems.append(f"{name}: cell {first!r} only glues or "
+                                "asserts and is shown (fold it in TABLE)")
+            if visible and checkers_only(cell):
+                problems.append(f"{name}: export cell {first!r} holds only "
+                                "argument checkers and is shown (hide-input)")
+            if "remove-cell" in want and shown and shown[i]:
+                problems.append(f"{name}: cell {first!r} is removed but shows"
+                                " an output (use remove-input)")
+    return problems
+
+
+def apply(names: list[str] | None = None) -> list[str]:
+    """Set every chapter's policy tags to the table's; returns changed names."""
+    changed = []
+    for name in names or chapter_names():
+        path = Paths.CHAPTERS / f"{name}.md"
+        text = path.read_text(encoding="utf-8")
+        wanted, problems = resolve(name, text)
+        if problems:
+            raise SystemExit("\n".join(problems))
+        new = text
+        # right to left, so the spans of earlier cells stay valid
+        for i, cell in reversed(list(enumerate(code_cells(text)))):
+            keep = [t for t in cell.tags if t not in POLICY_TAGS]
+            tags = keep + ([wanted[i]] if i in wanted else [])
+            if tags != cell.tags:
+                new = with_tags(new, cell, tags)
+        if new != text:
+            path.write_text(new, encoding="utf-8")
+            changed.append(name)
+    return changed
+
+
+def suggest(name: str) -> list[tuple[str, str]]:
+    text = chapter_text(name)
+    shown = shown_outputs(Paths.BOOK / f"{name}.ipynb") or []
+    cells = code_cells(text)
+    rows = []
+    for i, cell in enumerate(cells):
+        tag = suggested_tag(cell, shown[i] if i < len(shown) else True)
+        if tag:
+            lines = cell.body.splitlines()
+            start = lines[0] if lines else ""
+            k = 1
+            while sum(c.body.startswith(start) for c in cells) > 1 \
+                    and k < len(lines):
+                k += 1
+                start = "\n".join(lines[:k])
+            rows.append((start, tag))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("check")
+    p = sub.add_parser("apply")
+    p.add_argument("names", nargs="*")
+    p = sub.add_parser("suggest")
+    p.add_argument("name")
+    args = ap.parse_args(argv)
+    if args.cmd == "check":
+        problems = check()
+        print("\n".join(problems) or "every chapter follows the cell policy")
+        return 1 if problems else 0
+    if args.cmd == "apply":
+        changed = apply(args.names)
+        print("tags set in: " + (", ".join(changed) or "nothing (in step)"))
+        if changed:
+            print("now: .venv/bin/python tools/literate.py refresh "
+                  + " ".join(changed))
+        return 0
+    for start, tag in suggest(args.name):
+        print(f"        ({start!r}, {tag!r}),")
+    return 0
+
+
+# ---------------------------------------------------------------- the table
+# BEGIN TABLE
+HI, RC, RI = "hide-input", "remove-cell", "remove-input"
+
+TABLE.update({
+    '01_softmax': [
+        ('import torch', HI),
+    ],
+    '02_corpus': [
+        ('import collections', HI),
+    ],
+    '03_tokenizer': [
+        # infrastructure: folded here until it moves to an appendix
+        ('§Making it fast', HI),
+        ('§Saving and loading', HI),
+        ('§Real vocabularies: tiktoken rank files', HI),
+        ('§Leaving the book: a `tokenizers` file', HI),
+
+        ('def _check_merges(merges, max_token_bytes):', HI),
+        ('all_chunks = regex.findall(GPT2_PATTERN, corpus)', HI),
+        ('twin = _ascii_twin(GPT2_PATTERN, regex.compile(GPT2_PATTERN))', HI),
+        ('import tiktoken', HI),
+        ('import tempfile', HI),
+        ('glue("rv_byte0_id", permuted.byte_ids[0], display=False)', RC),
+        ('import json', HI),
+    ],
+    '04_attention': [
+        ('def _check_qkv(q, k, v, mask):', HI),
+        ('S, n_rows = 64, 256', HI),
+    ],
+    '05_positions': [
+    ],
+    '06_gpt': [
+        # infrastructure: folded here until it moves to an appendix
+        ('§Saving for Hugging Face', HI),
+
+        ('def _check_idx(cfg: GPTConfig, idx, start_pos: int, caches) -> None:',
+         HI),
+        ('torch.manual_seed(0)', HI),
+    ],
+    '07_bigram': [
+        ('from transformer.baseline import unigram_loss', HI),
+        ('refs = baseline_losses(train_ids, val_ids, V)', HI),
+        ('import json\n\ntr = json.loads(Path("../results/training/bigram.json").read_text())',
+         HI),
+    ],
+    '08_optimization': [
+        ('import math\nfrom collections.abc import Iterable', HI),
+    ],
+    '09_training': [
+        # infrastructure: folded here until it moves to an appendix
+        ('§Checkpoints', HI),
+        ('§Your own text', HI),
+
+        ('def _check_train_args(model, train_ids, val_ids, cfg, checkpoint_path,',
+         HI),
+        ('tf_mean = sum(tf) / len(tf)', HI),
+        ('pt = json.loads((results / "preset-time.json").read_text())', HI),
+    ],
+    '10_cost_model': [
+        ('rows = cost_table(GPT2_SMALL)', HI),
+        ('for B in (1, 8, 64):', HI),
+    ],
+    '11_sampling': [
+        ('def _check_beam_search(model, idx, max_new_tokens, beam_width,', HI),
+    ],
+    '12_kv_cache': [
+        ('def _check_prompt(idx) -> None:', HI),
+        ('def ci_text(r):', HI),
+        ('prof = roof["profile"]', HI),
+    ],
+    '13_error_bars': [
+        ('from transformer import (bootstrap_ci, format_summary, normal_quantile,',
+         HI),
+    ],
+    '14_calibration': [
+        ('def _check_confidence(confidence, correct) -> None:', HI),
+        ('CHECKPOINT = "../" + CALIBRATION_CHECKPOINT', HI),
+        ('def verdicts():', HI),
+    ],
+    '15_ablations': [
+        # infrastructure: folded here until it moves to an appendix
+        ('§Declaring an experiment', HI),
+        ('§The runner', HI),
+        ('§Summaries and the command line', HI),
+        ('§The declarations', HI),
+        ('§Probes: E10 to E13 through the same runner', HI),
+        ('§Checks: a smoke run, live', HI),
+
+        ('def _check_experiment(exp) -> None:', HI),
+        ('from transformer.experiments import all_of, judge', HI),
+        ('rec = json.loads(files[0].read_text())', HI),
+        ('ft = ROOT / "failure_tests"', HI),
+        ('all_recs = [r for i in EXPERIMENTS for r in load_runs(i, ROOT)]',
+         HI),
+    ],
+    '16_kernels': [
+    ],
+    '90_measuring': [
+        ('import json', HI),
+    ],
+    '95_cli': [
+        ('code, out, err = run("eval", "--checkpoint", "sonnets.pt", "--data",',
+         HI),
+    ],
+})
+# END TABLE
+
+if __name__ == "__main__":
+    sys.exit(main())

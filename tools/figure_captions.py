@@ -1,0 +1,244 @@
+"""Every figure the book draws gets a number, a caption and a name.
+
+    python tools/figure_captions.py apply   # set the captions in chapters/*.md
+    python tools/figure_captions.py check   # exit 1 if a figure lacks one
+
+A figure is a code cell whose output holds an image. Its caption lives in the
+cell's options, `:mystnb: {figure: {caption: ..., name: ...}}`, which myst-nb
+renders as a numbered figure (`numfig` is on) with the caption under it, and
+which a chapter can cite as {numref}`fig-...`. This is cell metadata, not code:
+`tools/literate.py refresh` carries it into the executed notebooks with their
+outputs kept. `CAPTIONS` names each figure cell by the start of its source
+(directives off), as tools/cell_policy.py does; `check` fails when an entry
+finds no cell or an image-drawing cell has no caption.
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from cell_policy import code_cells  # noqa: E402
+from literate_source import Paths  # noqa: E402
+
+# chapter -> [(start of the cell's source, figure name, caption)]
+CAPTIONS: dict[str, list[tuple[str, str, str]]] = {
+    "01_softmax": [
+        ("z5 = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0])", "fig-temperature",
+         "Temperature on five logits. Left: each probability against the "
+         "temperature (log scale); the ranking never changes. Right: the "
+         "entropy rises from 0 towards its ceiling ln V as the temperature "
+         "grows."),
+    ],
+    "03_tokenizer": [
+        ('Vs = [r["vocab_size"] for r in rows]', "fig-vocab-compression",
+         "Vocabulary size against sequence length: bytes per token (left) "
+         "and tokens per line (right) for BPE vocabularies trained on the "
+         "corpus; each doubling of the vocabulary buys less."),
+    ],
+    "04_attention": [
+        ("widths = [4, 16, 64, 256, 1024, 4096]", "fig-score-saturation",
+         "Why the scores are scaled. Mean row entropy (left) and the share "
+         "of softmax rows that pass essentially no gradient (right) against "
+         "the key width, with and without the division by the square root "
+         "of the width."),
+    ],
+    "05_positions": [
+        ("P64 = sinusoidal_encoding(100, 64)  # (T, D)", "fig-sinusoidal",
+         "The sinusoidal encoding of 100 positions in 64 dimensions: the "
+         "first dimensions turn fast, the last ones slowly."),
+    ],
+    "06_gpt": [
+        ('res = json.loads(Path("../results/norm_gradients/grad_norms.json")',
+         "fig-norm-gradients",
+         "Gradient norm of each block's weights at initialisation, pre-norm "
+         "(solid) against post-norm (dashed) at four depths, under GPT-2's "
+         "initialisation (left) and a unit-scale one (right)."),
+    ],
+    "07_bigram": [
+        ("from transformer.baseline import BigramLM", "fig-bigram-fit",
+         "The bigram table fitted by full-batch Adam at two learning rates: "
+         "training (dotted) and held-out (solid) loss against the step, with "
+         "the counted bigram's held-out loss for reference."),
+    ],
+    "08_optimization": [
+        ("def gd_path(lr, steps=50, lam=0.0, theta0=0.0):", "fig-gd-stability",
+         "Gradient descent on a quadratic: the distance to the minimum "
+         "against the step, for step sizes on either side of the stability "
+         "boundary."),
+        ("def steps_to_shrink(hs, lr, momentum, factor=1e-6, max_steps=5000):",
+         "fig-momentum",
+         "Error norm against the step on an ill-conditioned quadratic: "
+         "gradient descent against heavy-ball momentum."),
+        ("scales = torch.tensor([0.01, 1.0, 100.0])", "fig-decoupled-decay",
+         "Weight decay, coupled and decoupled, on three parameters whose "
+         "gradients differ in scale: with Adam + L2 (left) the decay depends "
+         "on the gradient's size; AdamW (right) shrinks every parameter at "
+         "the same rate, the dashed line."),
+        ("from transformer import lr_at", "fig-lr-schedule",
+         "The learning-rate schedule: linear warm-up, then cosine decay."),
+        ("def update_sizes(warmup_steps, steps=300, max_lr=1e-3):",
+         "fig-warmup-updates",
+         "Adam's update size relative to the peak learning rate against the "
+         "step, with and without warm-up: without it the first steps are the "
+         "largest of the run."),
+    ],
+    "09_training": [
+        ('det = e10["runs"]["detached"]', "fig-e10-overfit",
+         "E10: the loss on 200 tokens against the step, for the correct "
+         "model, a detached residual and a mask applied after the softmax, "
+         "with the threshold 0.1."),
+        ('sh = json.loads((results / "shuffled.json").read_text())',
+         "fig-shuffled",
+         "Shuffled targets: held-out loss minus ln V against the step; a "
+         "model that cannot see the targets ends at ln V, and below it only "
+         "by leaking."),
+        ('bg = json.loads((results / "bigram.json").read_text())',
+         "fig-transformer-vs-bigram",
+         "The transformer against the bigram: training and held-out loss per "
+         "seed, with the counted bigram's held-out loss and the entropy-floor "
+         "bound."),
+    ],
+    "10_cost_model": [
+        ('root = Path("..") if Path("../results").exists() else Path(".")',
+         "fig-attention-share",
+         "The quadratic part's share of a block against the context length, "
+         "by FLOPs and by measured time (95% intervals), at two widths: in "
+         "time it passes half long before it does in FLOPs."),
+    ],
+    "11_sampling": [
+        ("import matplotlib.pyplot as plt\n\nfig, axes = plt.subplots(1, 5",
+         "fig-truncations",
+         "The worked example's distribution p and the four rules applied to "
+         "it: temperature 0.5 sharpens every bar, top-k and top-p delete the "
+         "tail and renormalise what is left."),
+    ],
+    "12_kv_cache": [
+        ("fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))",
+         "fig-decode-latency",
+         "E11: median time per generated token against the position being "
+         "fed, ours with the cache, Hugging Face's with its cache, and ours "
+         "recomputing everything, for the tiny model (left) and GPT-2 small "
+         "(right)."),
+        ("fig, ax = plt.subplots(figsize=(6.4, 4.8))", "fig-decode-roofline",
+         "The decode roofline: measured median time per token against the "
+         "floor set by the bytes each step must read."),
+    ],
+    "13_error_bars": [
+        ("show = 40", "fig-coverage",
+         "Nominal 95% intervals for the mean loss on 40 simulated evaluation "
+         "sets (red: misses the true mean, dashed). Treating tokens as "
+         "independent (left) makes the intervals far too narrow; averaging "
+         "within documents first (right) gives intervals that cover."),
+    ],
+    "14_calibration": [
+        ("fig, axes = plt.subplots(1, 2, figsize=(9, 4), sharey=True)",
+         "fig-reliability",
+         "Reliability diagrams of the trained model before (left) and after "
+         "(right) temperature scaling: accuracy against mean confidence per "
+         "bin, with the diagonal of perfect calibration."),
+    ],
+    "15_ablations": [
+        ("fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))", "fig-e4",
+         "E4, positional encodings: held-out loss at T = 64 per arm (left) "
+         "and the rise in loss from the first to the second half of a "
+         "2T window (right)."),
+        ("fig, axes = plt.subplots(1, 3, figsize=(14, 3.6))", "fig-e6",
+         "E6, pre-norm against post-norm across depth: gradient norm per "
+         "block at initialisation, training loss, and gradient norm before "
+         "clipping, against the step."),
+    ],
+}
+
+OPTION = re.compile(r"^:mystnb:.*$")
+
+
+def option_line(name: str, caption: str) -> str:
+    return (":mystnb: " + json.dumps({"figure": {"caption": caption,
+                                                 "name": name}}))
+
+
+def resolve(chapter: str, text: str):
+    cells = code_cells(text)
+    found, problems = {}, []
+    for start, name, caption in CAPTIONS.get(chapter, []):
+        hits = [i for i, c in enumerate(cells) if c.body.startswith(start)]
+        if len(hits) != 1:
+            problems.append(f"{chapter}: {len(hits)} cells start with "
+                            f"{start!r} (fix CAPTIONS)")
+        else:
+            found[hits[0]] = option_line(name, caption)
+    return cells, found, problems
+
+
+def with_options(text: str, cells, found) -> str:
+    for i in sorted(found, reverse=True):
+        cell = cells[i]
+        block = text[cell.start:cell.end]
+        lines = block.split("\n")
+        n = 0
+        while n < len(lines) and lines[n].startswith(":"):
+            n += 1
+        opts = [ln for ln in lines[:n] if not OPTION.match(ln)]
+        opts.append(found[i])
+        text = (text[:cell.start] + "\n".join(opts + lines[n:])
+                + text[cell.end:])
+    return text
+
+
+def image_cells(chapter: str) -> list[int] | None:
+    nb_path = Paths.BOOK / f"{chapter}.ipynb"
+    if not nb_path.exists():
+        return None
+    import nbformat
+
+    nb = nbformat.read(nb_path, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    return [i for i, c in enumerate(code) if any(
+        k.startswith("image/") for o in c.outputs for k in o.get("data", {}))]
+
+
+def problems() -> list[str]:
+    out = []
+    for path in sorted(Paths.CHAPTERS.glob("*.md")):
+        chapter, text = path.stem, path.read_text(encoding="utf-8")
+        cells, found, bad = resolve(chapter, text)
+        out += bad
+        if with_options(text, cells, found) != text:
+            out.append(f"{chapter}: captions not applied "
+                       "(run tools/figure_captions.py apply)")
+        images = image_cells(chapter) or []
+        for i in images:
+            if i < len(cells) and i not in found:
+                first = (cells[i].body.splitlines() or [""])[0]
+                out.append(f"{chapter}: the figure drawn by {first!r} has no "
+                           "caption in tools/figure_captions.py")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    cmd = (argv if argv is not None else sys.argv[1:] or ["check"])[0]
+    if cmd == "apply":
+        changed = []
+        for chapter in CAPTIONS:
+            path = Paths.CHAPTERS / f"{chapter}.md"
+            text = path.read_text(encoding="utf-8")
+            cells, found, bad = resolve(chapter, text)
+            if bad:
+                raise SystemExit("\n".join(bad))
+            new = with_options(text, cells, found)
+            if new != text:
+                path.write_text(new, encoding="utf-8")
+                changed.append(chapter)
+        print("captions set in: " + (", ".join(changed) or "nothing"))
+        return 0
+    found = problems()
+    print("\n".join(found) or "every figure has its caption")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
