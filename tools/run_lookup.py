@@ -150,8 +150,12 @@ def build(job):
 
 
 def _commit():
+    """The last commit of the code that makes a record (the module and this
+    script), so records made while the chapter is edited share one."""
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT,
+        return subprocess.run(["git", "log", "-1", "--format=%H", "--",
+                               "transformer/lookup.py", "tools/run_lookup.py"],
+                              cwd=ROOT,
                               capture_output=True, text=True,
                               check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
@@ -160,6 +164,7 @@ def _commit():
 
 def run(job):
     torch.set_num_threads(1)
+    commit = _commit()
     model = build(job)
     n_params = sum(p.numel() for p in model.parameters())
     curve = []
@@ -182,7 +187,7 @@ def run(job):
            "train_loss": hist["train_loss"][::50],
            "cpu_s": hist["cpu_s"], "wall_s": time.perf_counter() - t0,
            "diverged": hist.get("diverged", False),
-           "git_commit": _commit(), "torch": torch.__version__,
+           "git_commit": commit, "torch": torch.__version__,
            "machine": platform.machine(), "threads": 1}
     if job["arm"] == "attn":
         rec["diagnostics"] = lookup_diagnostics(model, job["task"])
