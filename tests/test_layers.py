@@ -21,7 +21,7 @@ LAYERS = [
     ("decoding and training", {"sampling", "kv_cache", "optim", "baseline",
                                "training", "calibration"}),
     ("measurement", {"bench"}),
-    ("experiments", {"experiments"}),
+    ("experiments", {"experiments", "lookup"}),
     ("command line", {"cli", "__main__"}),
 ]
 LEVEL = {m: i for i, (_, mods) in enumerate(LAYERS) for m in mods}
