@@ -202,3 +202,23 @@ def test_params_needed_and_slope():
     assert abs(loglog_slope([32, 64, 128], [3, 6, 12]) - 1.0) < 1e-12
     with pytest.raises(ValueError):
         loglog_slope([1], [1])
+
+
+def test_a_killed_run_resumes_bit_identically(tmp_path):
+    from transformer.training import TrainingInterrupted
+    full = train_lookup(lookup_gpt(LOOKUP_TASK, 8, 1, seed=0), LOOKUP_TASK,
+                        6, 4, 1e-3, seed=7, warmup_steps=1)["train_loss"]
+    path = tmp_path / "run.pt"
+
+    def kill(step, history):
+        if step == 4:
+            raise KeyboardInterrupt
+
+    with pytest.raises(TrainingInterrupted):
+        train_lookup(lookup_gpt(LOOKUP_TASK, 8, 1, seed=0), LOOKUP_TASK, 6, 4,
+                     1e-3, seed=7, warmup_steps=1, callback=kill,
+                     checkpoint_path=path, checkpoint_interval=3)
+    h = train_lookup(lookup_gpt(LOOKUP_TASK, 8, 1, seed=0), LOOKUP_TASK, 6, 4,
+                     1e-3, seed=7, warmup_steps=1, checkpoint_path=path,
+                     checkpoint_interval=3)
+    assert h["resumed_from"] in (3, 4) and h["train_loss"] == full

@@ -33,6 +33,7 @@ from transformer.lookup import (LOOKUP_TASK, evaluate_lookup,  # noqa: E402
                                 train_lookup)
 
 OUT = ROOT / "results" / "experiments" / "E15b"
+CKPT = ROOT / "results" / "tmp" / "e15b"  # git-ignored: checkpoints, curves
 PHASES = ("sweep", "gate", "ladder")
 SWEEP_SEED, GATE_SEEDS = 100, (0, 1, 2)
 RECIPE = {"batch_size": 64, "steps": 4000, "warmup_steps": 100,
@@ -167,25 +168,33 @@ def run(job):
     commit = _commit()
     model = build(job)
     n_params = sum(p.numel() for p in model.parameters())
-    curve = []
+    CKPT.mkdir(parents=True, exist_ok=True)
+    ckpt = CKPT / f"{job['name']}.pt"
+    side = CKPT / f"{job['name']}.curve.json"  # the curve survives a kill
+    curve = json.loads(side.read_text()) if side.exists() else []
 
     def callback(step, history):
         if step % CURVE_EVERY == 0 or step == job["steps"]:
             ev = evaluate_lookup(model, job["task"], CURVE_SEQ, seed=1)
+            curve[:] = [c for c in curve if c["step"] < step]
             curve.append({"step": step, "acc": ev["acc"],
                           "acc_in": ev["acc_in"], "acc_out": ev["acc_out"],
                           "copy_chance": ev["copy_chance"]})
+            side.write_text(json.dumps(curve))
     t0 = time.perf_counter()
     hist = train_lookup(model, job["task"], job["steps"],
                         RECIPE["batch_size"], job["lr"], job["seed"],
                         RECIPE["warmup_steps"], RECIPE["weight_decay"],
-                        callback=callback)
+                        callback=callback,
+                        checkpoint_path=ckpt if job["arm"] == "attn" else None,
+                        checkpoint_interval=CURVE_EVERY)
     n_eval = 2048 if job["phase"] != "sweep" else 1024
     final = evaluate_lookup(model, job["task"], n_eval)
     rec = {"experiment": "E15b", **job, "n_params": n_params,
            "recipe": RECIPE, "final": final, "curve": curve,
            "train_loss": hist["train_loss"][::50],
            "cpu_s": hist["cpu_s"], "wall_s": time.perf_counter() - t0,
+           "resumed_from": hist.get("resumed_from"),
            "diverged": hist.get("diverged", False),
            "git_commit": commit, "torch": torch.__version__,
            "machine": platform.machine(), "threads": 1}
@@ -237,6 +246,9 @@ def main(argv):
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(rec, indent=1) + "\n")
         os.replace(tmp, path)
+        for done in (CKPT / f"{job['name']}.pt",
+                     CKPT / f"{job['name']}.curve.json"):
+            done.unlink(missing_ok=True)
         f = rec["final"]
         print(f"  acc {f['acc']:.3f} in {f['acc_in']:.3f} out "
               f"{f['acc_out']:.3f} cpu {rec['cpu_s']:.0f} s", flush=True)

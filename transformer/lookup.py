@@ -222,6 +222,7 @@ class _AnswerLoss(torch.nn.Module):
     def __init__(self, model: torch.nn.Module):
         super().__init__()
         self.model = model
+        self.config = getattr(model, "config", None)  # checkpoints need it
 
     def forward(self, x, y):
         answer, target = y
@@ -232,13 +233,20 @@ class _AnswerLoss(torch.nn.Module):
 def train_lookup(model: torch.nn.Module, task: dict, steps: int,
                  batch_size: int, lr: float, seed: int,
                  warmup_steps: int = 100, weight_decay: float = 0.1,
-                 callback=None) -> dict:
+                 callback=None, checkpoint_path=None,
+                 checkpoint_interval: int = 0) -> dict:
     """Train on fresh batches of lookup_batch (the run's generator, seeded
     by `seed`) with the loss at the answer positions only, through the
     book's loop transformer.training.train: AdamW with betas (0.9, 0.999),
     warm-up then cosine to lr / 10, clipping at 1. callback(step, history)
-    as train's. Returns train's history. Section "E15b"."""
+    as train's; with checkpoint_path, a checkpoint every
+    checkpoint_interval steps and a run that resumes from it (bit-identical
+    to an uninterrupted one, train's guarantee; a GPT only). Returns train's history.
+    Section "E15b"."""
     t = _check_task(task)
+    if checkpoint_path is not None and not isinstance(model, GPT):
+        raise ValueError("checkpoint_path: checkpoints hold a GPT only, got "
+                         f"a {type(model).__name__}")
 
     def batches(gen):
         d = lookup_batch(batch_size, gen, t)
@@ -246,8 +254,11 @@ def train_lookup(model: torch.nn.Module, task: dict, steps: int,
     cfg = TrainConfig(steps=steps, batch_size=batch_size, lr=lr,
                       min_lr=lr / 10, warmup_steps=min(warmup_steps, steps),
                       grad_clip=1.0, weight_decay=weight_decay,
-                      beta2=0.999, seed=seed, checkpoint_interval=0)
-    return train(_AnswerLoss(model), batches, None, cfg, callback=callback)
+                      beta2=0.999, seed=seed,
+                      checkpoint_interval=checkpoint_interval)
+    return train(_AnswerLoss(model), batches, None, cfg,
+                 checkpoint_path=checkpoint_path,
+                 resume=checkpoint_path is not None, callback=callback)
 
 
 def evaluate_lookup(model: torch.nn.Module, task: dict, n_seq: int = 1024,
