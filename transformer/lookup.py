@@ -82,21 +82,20 @@ def lookup_batch(n_seq: int, generator: torch.Generator,
         raise ValueError(f"n_seq: expected a positive int, got {n_seq!r}")
     B, T, K, V = n_seq, t["seq_len"], t["n_keys"], t["n_values"]
     P, m, filler = T // 2, (t["window"] - 1) // 2, K + V
+    # flat Python lists: a nested tensor.tolist() costs more than the model
     perm = torch.stack([torch.randperm(K, generator=generator)
-                        for _ in range(B)]).tolist()  # (B, K)
-    vals = (K + torch.randint(0, V, (B, P), generator=generator)).tolist()
-    u = torch.rand(B, P, 3, generator=generator).tolist()  # (B, P, 3)
-    x = [[filler] * T for _ in range(B)]
-    ans = [[False] * T for _ in range(B)]
-    dist = [[0] * T for _ in range(B)]
-    nb = [[0] * T for _ in range(B)]
-    copy = [[0.0] * T for _ in range(B)]
+                        for _ in range(B)]).view(-1).tolist()  # (B K,)
+    vals = (K + torch.randint(0, V, (B, P), generator=generator)
+            ).view(-1).tolist()  # (B P,)
+    u = torch.rand(B, P, 3, generator=generator).view(-1).tolist()  # (B P 3,)
+    x, ans = [filler] * (B * T), [False] * (B * T)
+    dist, nb, copy = [0] * (B * T), [0] * (B * T), [0.0] * (B * T)
     for b in range(B):
         # open_: unqueried bindings (slot, key, value), oldest first
-        open_, slots, count, n, xb = [], [], {}, 0, x[b]
+        open_, slots, count, n = [], [], {}, 0
         for s in range(P):
-            uq, ug, up = u[b][s]
-            p = 2 * s
+            uq, ug, up = u[3 * (b * P + s): 3 * (b * P + s) + 3]
+            p = b * T + 2 * s  # flat index of the slot's first token
             if open_ and uq < t["query_prob"]:
                 cut = bisect.bisect_left(slots, s - m)  # near: open_[cut:]
                 n_far, n_near = cut, len(open_) - cut
@@ -106,22 +105,24 @@ def lookup_batch(n_seq: int, generator: torch.Generator,
                     i = min(int(up * n_far), n_far - 1)
                 o = open_.pop(i)
                 slots.pop(i)
-                xb[p], xb[p + 1] = o[1], o[2]
-                ans[b][p], dist[b][p], nb[b][p] = True, p - 2 * o[0], n
-                copy[b][p] = count[o[2]] / n
+                x[p], x[p + 1] = o[1], o[2]
+                ans[p], dist[p], nb[p] = True, 2 * (s - o[0]), n
+                copy[p] = count[o[2]] / n
             elif n < K:
-                o = (s, perm[b][n], vals[b][n])
-                xb[p], xb[p + 1] = o[1], o[2]
+                o = (s, perm[b * K + n], vals[b * P + n])
+                x[p], x[p + 1] = o[1], o[2]
                 open_.append(o)
                 slots.append(s)
                 count[o[2]] = count.get(o[2], 0) + 1
                 n += 1
-    x = torch.tensor(x)  # (B, T)
-    answer = torch.tensor(ans)  # (B, T)
+    x = torch.tensor(x).view(B, T)  # (B, T)
+    answer = torch.tensor(ans).view(B, T)  # (B, T)
     target = torch.where(answer, x.roll(-1, 1), 0)  # (B, T)
-    return {"x": x, "answer": answer, "target": target,
-            "dist": torch.tensor(dist), "n_bound": torch.tensor(nb),
-            "copy": torch.tensor(copy)}
+    dist = torch.tensor(dist).view(B, T)  # (B, T)
+    nb = torch.tensor(nb).view(B, T)  # (B, T)
+    copy = torch.tensor(copy).view(B, T)  # (B, T)
+    return {"x": x, "answer": answer, "target": target, "dist": dist,
+            "n_bound": nb, "copy": copy}
 
 
 LOOKUP_INITS = ("gpt2", "torch")
