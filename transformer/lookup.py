@@ -242,7 +242,8 @@ def train_lookup(model: torch.nn.Module, task: dict, steps: int,
     warm-up then cosine to lr / 10, clipping at 1. callback(step, history)
     as train's; with checkpoint_path, a checkpoint every
     checkpoint_interval steps and a run that resumes from it (bit-identical
-    to an uninterrupted one, train's guarantee; a GPT only). Returns train's history.
+    to an uninterrupted one, train's guarantee; a GPT only). Returns
+    train's history.
     Section "E15b"."""
     t = _check_task(task)
     if checkpoint_path is not None and not isinstance(model, GPT):
@@ -381,7 +382,8 @@ def lookup_gate(attn: list[dict], mlp: list[dict], bar: float = 0.95,
         raise ValueError("attn, mlp: expected at least one evaluation each")
     misses = []
     for arm, evs, checks in (
-            ("attention", attn, (("acc_in", ">=", bar), ("acc_out", ">=", bar))),
+            ("attention", attn, (("acc_in", ">=", bar),
+                                 ("acc_out", ">=", bar))),
             ("window MLP", mlp, (("acc_in", ">=", bar),
                                  ("acc_out", "<=", None)))):
         for i, ev in enumerate(evs):
@@ -389,7 +391,8 @@ def lookup_gate(attn: list[dict], mlp: list[dict], bar: float = 0.95,
                 if limit is None:
                     limit = ev["chance"] + margin
                 v = ev[key]
-                ok = v is not None and (v >= limit if op == ">=" else v <= limit)
+                ok = v is not None and (v >= limit if op == ">="
+                                        else v <= limit)
                 if not ok:
                     misses.append(f"{arm} run {i}: {key} = {v} not {op} "
                                   f"{limit:.4f}")
