@@ -22,7 +22,7 @@ LAYERS = [
                                "training", "calibration", "recall",
                                "training_checks"}),
     ("measurement", {"bench"}),
-    ("experiments", {"experiments", "ablations"}),
+    ("experiments", {"experiments", "ablations", "lookup"}),
     ("command line", {"cli", "__main__"}),
 ]
 LEVEL = {m: i for i, (_, mods) in enumerate(LAYERS) for m in mods}

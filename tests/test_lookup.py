@@ -1,0 +1,224 @@
+"""E15b's multi-query recall task, its arms, its gate and its diagnostics
+(chapter "Ablations", section "E15b")."""
+import math
+
+import pytest
+import torch
+
+from transformer.lookup import (LOOKUP_TASK, LookupMLP, attention_maps,
+                                evaluate_lookup, induction_score,
+                                lookup_batch, lookup_gate, lookup_gpt,
+                                lookup_mlp, lookup_mlp_params, loglog_slope,
+                                params_needed, previous_token_score,
+                                train_lookup)
+
+K, V = LOOKUP_TASK["n_keys"], LOOKUP_TASK["n_values"]
+W, T = LOOKUP_TASK["window"], LOOKUP_TASK["seq_len"]
+
+
+def _batch(n=64, seed=0, **task):
+    return lookup_batch(n, torch.Generator().manual_seed(seed),
+                        {**LOOKUP_TASK, **task})
+
+
+def test_alphabets_are_disjoint_and_each_answer_is_the_bound_value():
+    d = _batch(64)
+    x, answer, target, dist = d["x"], d["answer"], d["target"], d["dist"]
+    assert x.shape == (64, T) and answer.dtype == torch.bool
+    keys, vals = x[:, 0::2], x[:, 1::2]  # (B, T/2) each
+    # a slot is a key then a value, or a filler pair
+    filler = K + V
+    is_pair = (keys < K) & (vals >= K) & (vals < K + V)
+    is_fill = (keys == filler) & (vals == filler)
+    assert bool((is_pair | is_fill).all())
+    assert not bool(answer[:, 1::2].any())  # answers sit at keys only
+    for b in range(64):
+        seen = {}  # key -> (position, value) of its binding
+        queried = set()
+        for p in range(0, T, 2):
+            k, v = int(x[b, p]), int(x[b, p + 1])
+            if k == filler:
+                assert not bool(answer[b, p])
+                continue
+            if bool(answer[b, p]):
+                # a query: a key bound earlier, asked once, its own value
+                assert k in seen and k not in queried
+                queried.add(k)
+                assert v == seen[k][1] == int(target[b, p])
+                assert int(dist[b, p]) == p - seen[k][0]
+                vals_so_far = [val for _, val in seen.values()]
+                assert int(d["n_bound"][b, p]) == len(vals_so_far)
+                share = vals_so_far.count(v) / len(vals_so_far)
+                assert abs(float(d["copy"][b, p]) - share) < 1e-6
+            else:
+                assert k not in seen  # each key bound once
+                seen[k] = (p, v)
+    assert bool((target[~answer] == 0).all()) and bool((dist[~answer] == 0).all())
+
+
+def test_distances_follow_the_declared_near_far_rule():
+    d = _batch(2000, seed=3)
+    dist = d["dist"][d["answer"]]
+    assert bool((dist >= 2).all()) and bool((dist % 2 == 0).all())
+    assert int(dist.max()) <= T - 2
+    inside = (dist <= W - 1).float().mean().item()
+    # half the queries go near whenever both groups exist; near is also
+    # the only group early on, so the share is above one half
+    assert 0.5 < inside < 0.8, inside
+    # a hand count: with only near bindings open, every query is near
+    small = _batch(500, seed=4, seq_len=8)  # 4 slots: distances 2..6
+    dd = small["dist"][small["answer"]]
+    assert bool((dd <= 6).all()) and dd.numel() > 100
+
+
+def test_the_task_is_deterministic_per_seed_and_varies_across_seeds():
+    a, b, c = _batch(16, 5), _batch(16, 5), _batch(16, 6)
+    for key in a:
+        assert torch.equal(a[key], b[key])
+    assert not torch.equal(a["x"], c["x"])
+
+
+@pytest.mark.parametrize("bad, msg", [
+    ({"seq_len": 7}, "seq_len"), ({"window": 6}, "window"),
+    ({"query_prob": 1.0}, "query_prob"), ({"n_keys": 0}, "n_keys"),
+    ({"keys": 3}, "unknown")])
+def test_bad_task_fields_are_named(bad, msg):
+    with pytest.raises(ValueError, match=msg):
+        lookup_batch(2, torch.Generator().manual_seed(0),
+                     {**LOOKUP_TASK, **bad})
+
+
+def test_the_window_mlp_sees_exactly_its_window():
+    mlp = lookup_mlp(LOOKUP_TASK, W, 8, hidden=16, seed=0)
+    assert sum(p.numel() for p in mlp.parameters()) == lookup_mlp_params(
+        K + V + 1, W, 8, 16)
+    x = _batch(4)["x"]
+    y = x.clone()
+    y[:, : T - W] = (y[:, : T - W] + 1) % (K + V)  # change what lies outside
+    with torch.no_grad():
+        a, b = mlp(x)[0][:, -1], mlp(y)[0][:, -1]
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+    y[:, T - W] = (y[:, T - W] + 1) % (K + V)  # the window's first token
+    with torch.no_grad():
+        assert not torch.allclose(mlp(y)[0][:, -1], a)
+    ref = lookup_gpt(LOOKUP_TASK, 32, 2).n_params()
+    matched = lookup_mlp(LOOKUP_TASK, W, 16, match=ref)
+    n = sum(p.numel() for p in matched.parameters())
+    assert abs(n - ref) <= 0.10 * ref
+
+
+def test_torch_init_differs_from_gpt2_and_follows_pytorch_bounds():
+    g2 = lookup_gpt(LOOKUP_TASK, 32, 2, "gpt2", seed=0)
+    tt = lookup_gpt(LOOKUP_TASK, 32, 2, "torch", seed=0)
+    w = tt.blocks[0].attn.c_attn.weight  # (32, 96): fan_in 32
+    assert float(w.abs().max()) <= 1 / math.sqrt(32) + 1e-7
+    assert float(w.std()) > 0.1 and float(g2.blocks[0].attn.c_attn.weight.std()) < 0.03
+    assert abs(float(tt.wte.weight.std()) - 1.0) < 0.05
+    with pytest.raises(ValueError, match="init"):
+        lookup_gpt(LOOKUP_TASK, 32, 2, "xavier")
+
+
+def _gate_eval(acc_in, acc_out):
+    return {"acc_in": acc_in, "acc_out": acc_out, "chance": 1 / V}
+
+
+def test_the_gate_passes_only_when_every_condition_holds():
+    good_a, good_m = _gate_eval(0.99, 0.97), _gate_eval(0.98, 1 / V + 0.01)
+    assert lookup_gate([good_a] * 3, [good_m] * 3)["passed"]
+    # each condition alone fails it, at its own boundary
+    for attn, mlp, what in [
+            ([good_a, _gate_eval(0.949, 0.99)], [good_m], "acc_in"),
+            ([good_a, _gate_eval(0.99, 0.949)], [good_m], "acc_out"),
+            ([good_a], [_gate_eval(0.94, 0.0)], "acc_in"),
+            ([good_a], [_gate_eval(0.99, 1 / V + 0.031)], "acc_out"),
+            ([_gate_eval(0.99, None)], [good_m], "acc_out")]:
+        g = lookup_gate(attn, mlp)
+        assert not g["passed"] and any(what in m for m in g["misses"]), g
+    assert lookup_gate([_gate_eval(0.95, 0.95)],
+                       [_gate_eval(0.95, 1 / V + 0.03)])["passed"]
+    with pytest.raises(ValueError):
+        lookup_gate([], [good_m])
+
+
+def test_diagnostics_on_hand_built_attention_patterns():
+    d = _batch(8, seed=2)
+    x, answer, dist = d["x"], d["answer"], d["dist"]
+    B = x.shape[0]
+    eye = torch.eye(T)
+    prev = torch.zeros(T, T)
+    prev[0, 0] = 1.0
+    prev[torch.arange(1, T), torch.arange(T - 1)] = 1.0  # head 0: t -> t-1
+    w = torch.stack([prev, eye])[None].expand(B, 2, T, T)  # head 1: self
+    s = previous_token_score(w, x, K)
+    torch.testing.assert_close(s, torch.tensor([1.0, 0.0]), rtol=0, atol=0)
+    # an induction head: each query onto the position after its key
+    ind = torch.zeros(B, 2, T, T)
+    ind[:, 1] = eye
+    b, q = answer.nonzero(as_tuple=True)
+    ind[b, 0, q, q - dist[b, q] + 1] = 1.0
+    torch.testing.assert_close(induction_score(ind, answer, dist),
+                               torch.tensor([1.0, 0.0]), rtol=0, atol=0)
+    # off by one (onto the key itself) scores zero: the score is exact
+    off = torch.zeros(B, 1, T, T)
+    off[b, 0, q, q - dist[b, q]] = 1.0
+    assert float(induction_score(off, answer, dist)[0]) == 0.0
+
+
+def test_attention_maps_are_the_models_own_weights():
+    model = lookup_gpt(LOOKUP_TASK, 16, 2, "torch", seed=1)
+    x = _batch(3)["x"]
+    maps = attention_maps(model, x)
+    assert len(maps) == 2 and maps[0].shape == (3, 2, T, T)
+    torch.testing.assert_close(maps[1].sum(-1), torch.ones(3, 2, T),
+                               rtol=0, atol=1e-5)
+    assert float(maps[0].triu(1).abs().max()) == 0.0  # causal
+    # the recomputed layer-1 weights reproduce the block's output
+    blk = model.blocks[0]
+    h = blk.ln_1(model.wte(x))
+    v = blk.attn.c_attn(h).split(16, -1)[2].view(3, T, 2, 8).transpose(1, 2)
+    out = (maps[0] @ v).transpose(1, 2).reshape(3, T, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(blk.attn.c_proj(out), blk.attn(h),
+                                   rtol=1e-4, atol=1e-5)
+
+
+def test_training_is_deterministic_and_scores_answers_only():
+    a = lookup_gpt(LOOKUP_TASK, 8, 1, seed=0)
+    b = lookup_gpt(LOOKUP_TASK, 8, 1, seed=0)
+    ha = train_lookup(a, LOOKUP_TASK, 3, 4, 1e-3, seed=7, warmup_steps=1)
+    hb = train_lookup(b, LOOKUP_TASK, 3, 4, 1e-3, seed=7, warmup_steps=1)
+    assert ha["train_loss"] == hb["train_loss"]
+    ev = evaluate_lookup(a, LOOKUP_TASK, 64)
+    assert ev["n"] == int(_batch(64, seed=8765)["answer"].sum())
+    assert 0.0 <= ev["acc_in"] <= 1.0 and ev["chance"] == 1 / V
+    assert abs(ev["acc"] - (ev["acc_in"] * ev["n_in"] + ev["acc_out"]
+                            * (ev["n"] - ev["n_in"])) / ev["n"]) < 1e-6
+
+
+def test_params_needed_and_slope():
+    assert params_needed([(100, 0.5), (400, 0.96), (200, 0.95)]) == 200
+    assert params_needed([(100, 0.5), (200, None)]) is None
+    assert abs(loglog_slope([32, 64, 128, 256], [10, 10, 10, 10])) < 1e-12
+    assert abs(loglog_slope([32, 64, 128], [3, 6, 12]) - 1.0) < 1e-12
+    with pytest.raises(ValueError):
+        loglog_slope([1], [1])
+
+
+def test_a_killed_run_resumes_bit_identically(tmp_path):
+    from transformer.training import TrainingInterrupted
+    full = train_lookup(lookup_gpt(LOOKUP_TASK, 8, 1, seed=0), LOOKUP_TASK,
+                        6, 4, 1e-3, seed=7, warmup_steps=1)["train_loss"]
+    path = tmp_path / "run.pt"
+
+    def kill(step, history):
+        if step == 4:
+            raise KeyboardInterrupt
+
+    with pytest.raises(TrainingInterrupted):
+        train_lookup(lookup_gpt(LOOKUP_TASK, 8, 1, seed=0), LOOKUP_TASK, 6, 4,
+                     1e-3, seed=7, warmup_steps=1, callback=kill,
+                     checkpoint_path=path, checkpoint_interval=3)
+    h = train_lookup(lookup_gpt(LOOKUP_TASK, 8, 1, seed=0), LOOKUP_TASK, 6, 4,
+                     1e-3, seed=7, warmup_steps=1, checkpoint_path=path,
+                     checkpoint_interval=3)
+    assert h["resumed_from"] in (3, 4) and h["train_loss"] == full

@@ -1,0 +1,258 @@
+"""E15b's runs: the recipe sweep, the adequacy gate and the size ladder.
+
+Declared in results/experiments/E15b/DECLARATION.md (committed before any
+run). One JSON record per model under results/experiments/E15b/PHASE/; a
+record that exists is skipped, so the script resumes where it stopped. Each
+model trains on one thread at the lowest priority (the host is shared):
+
+    nice -n 19 .venv/bin/python tools/run_lookup.py sweep [--shard K/N]
+    nice -n 19 .venv/bin/python tools/run_lookup.py gate  [--shard K/N]
+    nice -n 19 .venv/bin/python tools/run_lookup.py ladder [--shard K/N]
+    .venv/bin/python tools/run_lookup.py list PHASE     (jobs, done or not)
+    .venv/bin/python tools/run_lookup.py select         (the sweep's choice)
+
+Section "E15b" of chapter "Ablations" reads the records.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from transformer.lookup import (LOOKUP_TASK, evaluate_lookup,  # noqa: E402
+                                lookup_diagnostics, lookup_gpt, lookup_mlp,
+                                train_lookup)
+
+OUT = ROOT / "results" / "experiments" / "E15b"
+CKPT = ROOT / "results" / "tmp" / "e15b"  # git-ignored: checkpoints, curves
+PHASES = ("sweep", "gate", "ladder")
+SWEEP_SEED, GATE_SEEDS = 100, (0, 1, 2)
+RECIPE = {"batch_size": 64, "steps": 4000, "warmup_steps": 100,
+          "weight_decay": 0.1}
+EXTENDED_STEPS = 12000
+CURVE_EVERY, CURVE_SEQ = 250, 256
+ATTN = {"n_embd": 32, "n_head": 2}  # the sweep's and the gate's size
+MLP_EMBD = 16
+LADDER_T = (32, 64, 128, 256)
+LADDER_ATTN_D = (8, 16, 32, 64)
+LADDER_MLP_HIDDEN = (32, 64, 128, 256, 512)
+
+
+def _job(phase, arm, seed, lr, init="gpt2", steps=None, task=None, **size):
+    task = dict(task or LOOKUP_TASK)
+    steps = steps or RECIPE["steps"]
+    parts = [arm, f"T={task['seq_len']}"] + [f"{k}={v}" for k, v in
+                                              sorted(size.items())]
+    parts += [f"init={init}"] if arm == "attn" else []
+    parts += [f"lr={lr:g}", f"steps={steps}", f"seed={seed}"]
+    return {"name": "_".join(parts), "phase": phase, "arm": arm,
+            "seed": seed, "lr": lr, "init": init, "steps": steps,
+            "task": task, "size": size}
+
+
+def sweep_jobs():
+    jobs = [_job("sweep", "attn", SWEEP_SEED, lr, init, **ATTN)
+            for lr in (3e-3, 1e-3, 1e-2) for init in ("gpt2", "torch")]
+    jobs += [_job("sweep", "mlp", SWEEP_SEED, lr, window=LOOKUP_TASK["window"],
+                  n_embd=MLP_EMBD, match="attn") for lr in (3e-3, 1e-3, 1e-2)]
+    return jobs
+
+
+def _records(phase):
+    d = OUT / phase
+    return [json.loads(p.read_text()) for p in sorted(d.glob("*.json"))]
+
+
+def select():
+    """The declared selection rule over the sweep's records: the attention
+    cell with the highest min(acc_in, acc_out), ties within 0.005 to the
+    lower lr; the MLP lr with the highest acc_in. None while incomplete."""
+    names = {j["name"] for j in sweep_jobs()}
+    recs = {r["name"]: r for r in _records("sweep")}
+    if not names <= set(recs):
+        return None
+    attn = [r for n, r in recs.items() if n in names and r["arm"] == "attn"]
+    score = {r["name"]: min(r["final"]["acc_in"], r["final"]["acc_out"])
+             for r in attn}
+    top = max(score.values())
+    best = min((r for r in attn if score[r["name"]] >= top - 0.005),
+               key=lambda r: (r["lr"], -score[r["name"]]))
+    out = {"attn": {"lr": best["lr"], "init": best["init"],
+                    "steps": best["steps"], "score": score[best["name"]]}}
+    if top < 0.95:  # the declared extension stage
+        ext = _job("sweep", "attn", SWEEP_SEED, best["lr"], best["init"],
+                   EXTENDED_STEPS, **ATTN)
+        if ext["name"] not in recs:
+            out["extend"] = ext
+            return out
+        f = recs[ext["name"]]["final"]
+        out["attn"].update(steps=EXTENDED_STEPS,
+                           score=min(f["acc_in"], f["acc_out"]))
+    mlp = [r for n, r in recs.items() if n in names and r["arm"] == "mlp"]
+    bm = max(mlp, key=lambda r: (r["final"]["acc_in"], -r["lr"]))
+    out["mlp"] = {"lr": bm["lr"], "acc_in": bm["final"]["acc_in"]}
+    return out
+
+
+def gate_jobs():
+    s = select()
+    if s is None or "mlp" not in s:
+        return []
+    a, lr_m, W = s["attn"], s["mlp"]["lr"], LOOKUP_TASK["window"]
+    jobs = []
+    for seed in GATE_SEEDS:
+        jobs.append(_job("gate", "attn", seed, a["lr"], a["init"], a["steps"],
+                         **ATTN))
+        for window in (W, LOOKUP_TASK["seq_len"]):
+            jobs.append(_job("gate", "mlp", seed, lr_m, steps=a["steps"],
+                             window=window, n_embd=MLP_EMBD, match="attn"))
+    return jobs
+
+
+def ladder_jobs():
+    s = select()
+    if s is None or "mlp" not in s:
+        return []
+    a, lr_m = s["attn"], s["mlp"]["lr"]
+    jobs = []
+    for T in LADDER_T:
+        task = {**LOOKUP_TASK, "seq_len": T}
+        for D in LADDER_ATTN_D:
+            jobs.append(_job("ladder", "attn", 0, a["lr"], a["init"],
+                             a["steps"], task, n_embd=D, n_head=1))
+        for h in LADDER_MLP_HIDDEN:
+            jobs.append(_job("ladder", "mlp", 0, lr_m, steps=a["steps"],
+                             task=task, window=T, n_embd=MLP_EMBD, hidden=h))
+    return jobs
+
+
+JOBS = {"sweep": sweep_jobs, "gate": gate_jobs, "ladder": ladder_jobs}
+
+
+def build(job):
+    size, task = dict(job["size"]), job["task"]
+    if job["arm"] == "attn":
+        return lookup_gpt(task, size["n_embd"], size["n_head"], job["init"],
+                          job["seed"])
+    if size.get("match") == "attn":
+        ref = lookup_gpt(task, ATTN["n_embd"], ATTN["n_head"], "gpt2", 0)
+        size["match"] = ref.n_params()
+    return lookup_mlp(task, size["window"], size["n_embd"],
+                      size.get("hidden"), size.get("match"), job["seed"])
+
+
+def _commit():
+    """The last commit of the code that makes a record (the module and this
+    script), so records made while the chapter is edited share one."""
+    try:
+        return subprocess.run(["git", "log", "-1", "--format=%H", "--",
+                               "transformer/lookup.py", "tools/run_lookup.py"],
+                              cwd=ROOT,
+                              capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def run(job):
+    torch.set_num_threads(1)
+    commit = _commit()
+    model = build(job)
+    n_params = sum(p.numel() for p in model.parameters())
+    CKPT.mkdir(parents=True, exist_ok=True)
+    ckpt = CKPT / f"{job['name']}.pt"
+    side = CKPT / f"{job['name']}.curve.json"  # the curve survives a kill
+    curve = json.loads(side.read_text()) if side.exists() else []
+
+    def callback(step, history):
+        if step % CURVE_EVERY == 0 or step == job["steps"]:
+            ev = evaluate_lookup(model, job["task"], CURVE_SEQ, seed=1)
+            curve[:] = [c for c in curve if c["step"] < step]
+            curve.append({"step": step, "acc": ev["acc"],
+                          "acc_in": ev["acc_in"], "acc_out": ev["acc_out"],
+                          "copy_chance": ev["copy_chance"]})
+            side.write_text(json.dumps(curve))
+    t0 = time.perf_counter()
+    hist = train_lookup(model, job["task"], job["steps"],
+                        RECIPE["batch_size"], job["lr"], job["seed"],
+                        RECIPE["warmup_steps"], RECIPE["weight_decay"],
+                        callback=callback,
+                        checkpoint_path=ckpt if job["arm"] == "attn" else None,
+                        checkpoint_interval=CURVE_EVERY)
+    n_eval = 2048 if job["phase"] != "sweep" else 1024
+    final = evaluate_lookup(model, job["task"], n_eval)
+    rec = {"experiment": "E15b", **job, "n_params": n_params,
+           "recipe": RECIPE, "final": final, "curve": curve,
+           "train_loss": hist["train_loss"][::50],
+           "cpu_s": hist["cpu_s"], "wall_s": time.perf_counter() - t0,
+           "resumed_from": hist.get("resumed_from"),
+           "diverged": hist.get("diverged", False),
+           "git_commit": commit, "torch": torch.__version__,
+           "machine": platform.machine(), "threads": 1}
+    if job["arm"] == "attn":
+        rec["diagnostics"] = lookup_diagnostics(model, job["task"])
+    return rec
+
+
+def main(argv):
+    if not argv or argv[0] not in PHASES + ("list", "select"):
+        print(f"usage: run_lookup.py {{{','.join(PHASES)},list,select}} "
+              "[--shard K/N]", file=sys.stderr)
+        return 2
+    if argv[0] == "select":
+        print(json.dumps(select(), indent=1))
+        return 0
+    if argv[0] == "list":
+        if len(argv) < 2 or argv[1] not in PHASES:
+            print(f"list: expected a phase of {PHASES}", file=sys.stderr)
+            return 2
+        for j in JOBS[argv[1]]():
+            done = (OUT / argv[1] / f"{j['name']}.json").exists()
+            print("done" if done else "todo", j["name"])
+        return 0
+    k, n = 0, 1
+    if "--shard" in argv:
+        try:
+            k, n = map(int, argv[argv.index("--shard") + 1].split("/"))
+            assert 0 <= k < n
+        except (IndexError, ValueError, AssertionError):
+            print("--shard: expected K/N with 0 <= K < N", file=sys.stderr)
+            return 2
+    phase = argv[0]
+    while True:  # the sweep may add its extension stage after a pass
+        jobs = [j for i, j in enumerate(JOBS[phase]()) if i % n == k]
+        todo = [j for j in jobs
+                if not (OUT / phase / f"{j['name']}.json").exists()]
+        if not todo:
+            if phase == "sweep" and k == 0 and (select() or {}).get("extend"):
+                todo = [select()["extend"]]
+            else:
+                print(f"{phase} shard {k}/{n}: nothing left to run")
+                return 0
+        job = todo[0]
+        print(f"{time.strftime('%H:%M:%S')} {job['name']}", flush=True)
+        rec = run(job)
+        (OUT / phase).mkdir(parents=True, exist_ok=True)
+        path = OUT / phase / f"{job['name']}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(rec, indent=1) + "\n")
+        os.replace(tmp, path)
+        for done in (CKPT / f"{job['name']}.pt",
+                     CKPT / f"{job['name']}.curve.json"):
+            done.unlink(missing_ok=True)
+        f = rec["final"]
+        print(f"  acc {f['acc']:.3f} in {f['acc_in']:.3f} out "
+              f"{f['acc_out']:.3f} cpu {rec['cpu_s']:.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
