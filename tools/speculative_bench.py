@@ -28,7 +28,8 @@ from transformer.bench import environment  # noqa: E402
 from transformer.kv_cache import generate, make_caches  # noqa: E402
 from transformer.model import GPT, GPTConfig  # noqa: E402
 from transformer.speculative import (bigram_draft,  # noqa: E402
-                                     speculative_generate)
+                                     decoding_probs, speculative_generate,
+                                     verify_round)
 from transformer.stats import bootstrap_ci  # noqa: E402
 from transformer.training import configs_from, init_model, train  # noqa
 
@@ -93,6 +94,22 @@ def step_costs(model, prompt, gamma: int) -> tuple[float, float]:
     return median_time(call(1), 60), median_time(call(gamma + 1), 60)
 
 
+def rule_cost(V: int, gamma: int, temperature: float) -> float:
+    """Seconds of one round's bookkeeping without any model call: the
+    gamma + 1 processed distributions, gamma draws, the rule, the cat."""
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(gamma + 1, V, generator=g)
+    seq = torch.zeros(1, 64, dtype=torch.int64)
+
+    def once():
+        q = [decoding_probs(z[i], temperature) for i in range(gamma)]
+        d = [torch.multinomial(x, 1, generator=g) for x in q]
+        p = decoding_probs(z, temperature)
+        verify_round(p, torch.stack(q), torch.cat(d), g)
+        torch.cat([seq, *[x[None] for x in d]], 1)
+    return median_time(once, 100)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--temperature", type=float, default=1.0)
@@ -130,6 +147,8 @@ def main(argv=None) -> int:
             else:
                 d_step = median_time(lambda: draft(prompts[:1, :NEW]), 60)
             c, v = d_step / step, wide / step
+            o = rule_cost(target.config.vocab_size, gamma,
+                          args.temperature) / step
             tokens = (1 - a ** (gamma + 1)) / (1 - a)
             ratios = []
             for r in range(args.rounds):  # interleaved, order alternating
@@ -137,12 +156,13 @@ def main(argv=None) -> int:
                 for which in ((0, 1) if r % 2 == 0 else (1, 0)):
                     gen = torch.Generator().manual_seed(100 + r)
                     t = time.perf_counter()
+                    one = prompts[r % PROMPTS][None]  # (1, T0): B = 1
                     if which == 0:
-                        generate(target, prompts[:2], NEW,
+                        generate(target, one, NEW,
                                  temperature=args.temperature, generator=gen)
                     else:
                         speculative_generate(
-                            target, draft, prompts[:2], NEW, gamma=gamma,
+                            target, draft, one, NEW, gamma=gamma,
                             temperature=args.temperature, generator=gen)
                     pair.append((which, time.perf_counter() - t))
                 plain = next(t for w, t in pair if w == 0)
@@ -155,7 +175,8 @@ def main(argv=None) -> int:
                 "alpha_logits": a,
                 "tokens_per_call": PROMPTS * NEW / calls,
                 "tokens_per_call_predicted": tokens,
-                "c": c, "v_gamma": v,
+                "c": c, "v_gamma": v, "rule_over_step": o,
+                "speedup_predicted_with_rule": tokens / (gamma * c + v + o),
                 "speedup": [statistics.median(ratios), lo, hi],
                 "speedup_predicted": tokens / (gamma * c + v),
                 "speedup_predicted_leviathan": tokens / (gamma * c + 1),
