@@ -28,7 +28,8 @@ from torch import nn
 
 from transformer import kernels
 from transformer.attention import attention, causal_mask
-from transformer.positions import apply_rope, sinusoidal_encoding
+from transformer.positions import (ROPE_LAYOUTS, apply_rope,
+                                  sinusoidal_encoding)
 from transformer.softmax import check_targets, cross_entropy
 
 
@@ -40,7 +41,9 @@ class GPTConfig:
     The defaults express GPT-2 exactly (pre-norm LayerNorm with eps 1e-5,
     learned positions, tanh-GELU, biases, tied embeddings). `dropout`
     applies to the embeddings and to the output of every residual branch,
-    not to the attention weights. `attn_scale=False` drops the 1/sqrt(Dh)
+    not to the attention weights. `rope_layout` pairs RoPE's dimensions
+    (2i, 2i+1) ("interleaved") or (i, i + Dh/2) ("halves"), chapter
+    "RoPE's base and conventions". `attn_scale=False` drops the 1/sqrt(Dh)
     score scale (experiment E1). `fused=True` runs the same functions
     through the hand-written backward passes and causal tiles of chapter
     "Backward passes by hand"; False runs this chapter's code line for
@@ -56,6 +59,7 @@ class GPTConfig:
     norm_position: str = "pre"
     pos_encoding: str = "learned"
     rope_base: float = 10000.0
+    rope_layout: str = "interleaved"
     bias: bool = True
     tie_weights: bool = True
     dropout: float = 0.0
@@ -105,7 +109,8 @@ def _check_config(c: GPTConfig) -> None:
                          f" a whole number, got {c.ffn_mult!r}")
     for name, allowed in (("norm", _NORMS),
                           ("norm_position", _NORM_POSITIONS),
-                          ("pos_encoding", _POS_ENCODINGS)):
+                          ("pos_encoding", _POS_ENCODINGS),
+                          ("rope_layout", ROPE_LAYOUTS)):
         if getattr(c, name) not in allowed:
             raise ValueError(f"{name}: expected one of {allowed}, "
                              f"got {getattr(c, name)!r}")
@@ -173,6 +178,9 @@ class CausalSelfAttention(nn.Module):
         self.n_head, self.head_dim = config.n_head, config.head_dim
         self.rope = config.pos_encoding == "rope"
         self.rope_base = config.rope_base
+        # one layout for both; set apart only by the mixed-convention arm
+        # of chapter "RoPE's base and conventions"
+        self.rope_layout_q = self.rope_layout_k = config.rope_layout
         self.scale = 1.0 / math.sqrt(self.head_dim) if config.attn_scale \
             else 1.0
         self.fused = config.fused
@@ -192,8 +200,10 @@ class CausalSelfAttention(nn.Module):
         if self.rope:  # queries and keys only, never values
             pos = torch.arange(start_pos, start_pos + T,
                                device=x.device)  # (T,)
-            q = apply_rope(q, pos, self.rope_base)  # (B, H, T, Dh)
-            k = apply_rope(k, pos, self.rope_base)  # (B, H, T, Dh)
+            q = apply_rope(q, pos, self.rope_base,
+                           self.rope_layout_q)  # (B, H, T, Dh)
+            k = apply_rope(k, pos, self.rope_base,
+                           self.rope_layout_k)  # (B, H, T, Dh)
         if cache is not None:
             k, v = cache.update(k, v)  # (B, H, S, Dh) each
         if self.fused:  # the same, in causal tiles (ch. "Backward passes")

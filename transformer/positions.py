@@ -50,10 +50,16 @@ def sinusoidal_encoding(T: int, D: int, base: float = 10000.0,
     return P.flatten(-2).to(dtype)  # (T, D), pairs (2i, 2i+1) interleaved
 
 
+ROPE_LAYOUTS = ("interleaved", "halves")
+
+
 def apply_rope(x: torch.Tensor, positions: torch.Tensor,
-               base: float = 10000.0) -> torch.Tensor:
+               base: float = 10000.0,
+               layout: str = "interleaved") -> torch.Tensor:
     """Rotate each pair (2i, 2i+1) of x by the angle t / base^(2i/Dh), t the
-    position: x -> x R_t for row vectors.
+    position: x -> x R_t for row vectors. layout "halves" pairs dimension i
+    with i + Dh/2 instead (the GPT-NeoX and Hugging Face Llama convention,
+    chapter "RoPE's base and conventions"); the rotation is the same.
 
     Shapes: x (..., T, Dh) with Dh even, positions (T,) or broadcastable
     to x.shape[:-1], integer -> (..., T, Dh), same dtype. Apply to queries
@@ -68,6 +74,9 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor,
     _check_width(x.shape[-1], "x.shape[-1] (Dh)")
     if not base > 0:
         raise ValueError(f"base: expected > 0, got {base!r}")
+    if layout not in ROPE_LAYOUTS:
+        raise ValueError(f"layout: expected one of {ROPE_LAYOUTS}, "
+                         f"got {layout!r}")
     if (not isinstance(positions, torch.Tensor)
             or positions.is_floating_point()):
         raise ValueError("positions: expected an integer tensor of positions")
@@ -83,6 +92,10 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor,
     angles = positions.to(torch.float64).unsqueeze(-1) * inv_freq
     cos = angles.cos().to(x.dtype)  # (..., T, Dh/2)
     sin = angles.sin().to(x.dtype)  # (..., T, Dh/2)
+    if layout == "halves":  # pair i with i + Dh/2
+        x1, x2 = x.chunk(2, dim=-1)  # (..., T, Dh/2) each
+        return torch.cat([x1 * cos - x2 * sin,
+                          x1 * sin + x2 * cos], dim=-1)  # (..., T, Dh)
     x_even, x_odd = x[..., 0::2], x[..., 1::2]  # (..., T, Dh/2) each
     out = torch.stack([x_even * cos - x_odd * sin,
                        x_even * sin + x_odd * cos],
