@@ -222,3 +222,35 @@ def test_a_draft_with_another_vocabulary_is_refused():
     with pytest.raises(ValueError, match=r"draft: its vocabulary \(9\) "
                        r"differs from the target's \(8\)"):
         speculative_generate(target, other, torch.tensor([[1]]), 2)
+
+
+# ------------------------------------------------ the command line: --draft
+from test_cli import TINY, errors, own_text, text  # noqa: E402,F401
+from transformer import cli  # noqa: E402
+
+
+def test_sample_with_a_draft_equals_greedy_and_refuses_bad_drafts(
+        text, tmp_path, capsys):  # noqa: F811
+    target, draft, other = (tmp_path / n for n in ("t.pt", "d.pt", "o.pt"))
+    assert cli.main(own_text(text, target, "--set", "steps=3")) == 0
+    assert cli.main(own_text(text, draft, "--set", "steps=3",
+                             "--set", "n_embd=16")) == 0
+    args = ["sample", "--checkpoint", str(target), "--prompt", "Shall I",
+            "--max-new-tokens", "8", "--temperature", "0"]
+    capsys.readouterr()
+    assert cli.main(args) == 0
+    plain = capsys.readouterr().out
+    assert cli.main(args + ["--draft", str(draft), "--gamma", "3"]) == 0
+    assert capsys.readouterr().out == plain
+    assert cli.main(args + ["--gamma", "3"]) == 2
+    (line,) = errors(capsys)
+    assert "--gamma: only with --draft" in line
+    assert cli.main(args + ["--draft", str(draft), "--gamma", "0"]) == 2
+    assert "--gamma: expected an int >= 1" in errors(capsys)[-1]
+    other_args = own_text(text, other, "--set", "steps=1")
+    other_args[other_args.index("300")] = "280"  # another vocabulary
+    assert cli.main(other_args) == 0
+    capsys.readouterr()
+    assert cli.main(args + ["--draft", str(other)]) == 2
+    (line,) = errors(capsys)
+    assert "--draft:" in line and "another tokenizer" in line

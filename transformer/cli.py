@@ -305,6 +305,14 @@ def sample_parser() -> _Parser:
                         "P or more (default: all)")
     p.add_argument("--seed", type=_int_at_least(0), default=0,
                    metavar="N", help="seed of the sampling generator")
+    p.add_argument("--draft", default=None, metavar="PATH",
+                   help="a smaller checkpoint with the same tokenizer: "
+                        "speculative decoding, the same law of text "
+                        "(chapter 'Speculative decoding'); the prompt and "
+                        "new tokens must fit both contexts")
+    p.add_argument("--gamma", type=_int_at_least(1), default=None,
+                   metavar="N", help="tokens the draft proposes per "
+                                     "round (with --draft; default 4)")
     _machine_options(p)
     return p
 
@@ -648,6 +656,28 @@ def _text_writer(stream):
     return write
 
 
+def _draft_model(path, tokenizer, device):
+    """The --draft checkpoint's model, refused unless its tokenizer is the
+    target's (same merges and byte ids: the same ids mean the same text)."""
+    draft, draft_tok, _ = _model_with_tokenizer(path, device)
+    if (draft_tok.merges, draft_tok.byte_ids) != (tokenizer.merges,
+                                                  tokenizer.byte_ids):
+        raise ValueError(f"--draft: {str(path)!r} has another tokenizer "
+                         f"than --checkpoint; a draft must share it")
+    return draft
+
+
+def _speculative_tokens(model, draft, ids, args, gen):
+    """The new tokens of speculative_generate, one (1,) tensor each."""
+    from transformer.speculative import speculative_generate
+    out = speculative_generate(model, draft, ids, args.max_new_tokens,
+                               gamma=4 if args.gamma is None else args.gamma,
+                               temperature=args.temperature,
+                               top_k=args.top_k, top_p=args.top_p,
+                               generator=gen)  # (1, T0 + N)
+    return [out[:, t] for t in range(ids.shape[1], out.shape[1])]
+
+
 def run_sample(args) -> int:
     """`python -m transformer sample`. Section "Evaluating and
     sampling"."""
@@ -658,21 +688,30 @@ def run_sample(args) -> int:
     from transformer.sampling import check_decoding
     device = _machine(args)
     check_decoding(args.temperature, args.top_k, args.top_p)
+    if args.gamma is not None and args.draft is None:
+        raise ValueError("--gamma: only with --draft (the draft proposes "
+                         "the tokens)")
     model, tokenizer, _ = _model_with_tokenizer(args.checkpoint, device)
+    draft = None if args.draft is None else _draft_model(args.draft,
+                                                         tokenizer, device)
     prompt = tokenizer.encode(args.prompt)
     if not prompt:
         raise ValueError("--prompt: expected at least one token")
     ids = torch.tensor([prompt], dtype=torch.int64, device=device)  # (1,T)
     gen = torch.Generator(device=device).manual_seed(args.seed)
+    if draft is not None:
+        tokens = _speculative_tokens(model, draft, ids, args, gen)
+    else:
+        tokens = decode_stream(model, ids, args.max_new_tokens,
+                               args.temperature, args.top_k, args.top_p,
+                               generator=gen)  # (1,) per token
     # the tokenizer's own error handler: exactly the text decode() gives
     text = codecs.getincrementaldecoder("utf-8")("transformer.bpe.replace")
     write = _text_writer(sys.stdout)
     write(text.decode(tokenizer.decode_bytes(prompt)))
     n = 0
     try:
-        for nxt in decode_stream(model, ids, args.max_new_tokens,
-                                 args.temperature, args.top_k, args.top_p,
-                                 generator=gen):  # (1,) per token
+        for nxt in tokens:
             write(text.decode(tokenizer.decode_bytes([int(nxt)])))
             n += 1
     except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM (see main)
