@@ -265,9 +265,10 @@ def decode_bytes(config: GPTConfig, S: int, B: int = 1,
 
 def decode_floor(config: GPTConfig, S: int, bandwidth: float, B: int = 1,
                  bytes_per: int = 4) -> float:
-    """Seconds per decode step below which no implementation can go when
-    memory delivers `bandwidth` bytes per second: decode_bytes(...)
-    ["total"] / bandwidth, eq. (eq-decode-floor). Chapter "The KV cache",
+    """decode_bytes(...)["total"] / bandwidth, eq. (eq-decode-floor): a
+    lower bound on the seconds of a decode step when `bandwidth` (bytes
+    per second) is the peak sustained read rate (peak_read_bandwidth);
+    with a median rate, a reference line only. Chapter "The KV cache",
     section "The decode roofline", move 7."""
     if isinstance(bandwidth, bool) or not isinstance(
             bandwidth, (int, float)) or not bandwidth > 0:
