@@ -227,3 +227,30 @@ def test_peak_read_bandwidth_is_the_best_trial():
                for v in real["samples"].values())
     with pytest.raises(ValueError, match="^nbytes:"):
         peak_read_bandwidth(nbytes=1000)
+
+
+def test_git_commit_marks_a_dirty_tree(monkeypatch):
+    """The one provenance recorder: a commit with "+dirty" when
+    transformer/ has uncommitted changes (the old environment() never
+    marked it), None outside a checkout; environment() carries it."""
+    import subprocess
+
+    import transformer.bench as bench
+
+    class Done:
+        def __init__(self, out, rc=0):
+            self.stdout, self.returncode = out, rc
+
+    def fake(porcelain, rc=0):
+        def run(cmd, **kw):
+            return Done("a" * 40 + "\n", rc) if "rev-parse" in cmd \
+                else Done(porcelain)
+        return run
+    monkeypatch.setattr(subprocess, "run", fake(" M transformer/x.py\n"))
+    assert bench.git_commit() == "a" * 40 + "+dirty"
+    assert bench.git_commit(short=True) == "aaaaaaa+dirty"
+    assert bench.environment()["git_commit"] == "aaaaaaa+dirty"
+    monkeypatch.setattr(subprocess, "run", fake(""))
+    assert bench.git_commit() == "a" * 40
+    monkeypatch.setattr(subprocess, "run", fake("", rc=128))
+    assert bench.git_commit() is None

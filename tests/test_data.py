@@ -87,3 +87,24 @@ def test_download_verifies_sha256(tmp_path):
     assert len(names) == 42
     assert corpus_data.load_documents(cache_dir=tmp_path) == \
         corpus_data.load_documents()
+
+
+def test_atomic_write_is_whole_or_nothing(tmp_path, monkeypatch):
+    """A failed write (here the rename) leaves the old file as it was and
+    no temporary file behind; a good one replaces it whole."""
+    import os
+    target = corpus_data.atomic_write(tmp_path / "a" / "x.json", "old\n")
+    assert target.read_text() == "old\n"
+
+    def broken(src, dst):
+        raise OSError("disk full")
+    monkeypatch.setattr(os, "replace", broken)
+    with pytest.raises(OSError, match="disk full"):
+        corpus_data.atomic_write(target, b"new\n")
+    monkeypatch.undo()
+    assert target.read_text() == "old\n"
+    assert [p.name for p in target.parent.iterdir()] == ["x.json"]
+    corpus_data.atomic_write(target, b"new\n")
+    assert target.read_bytes() == b"new\n"
+    with pytest.raises(ValueError, match="data: expected str or bytes"):
+        corpus_data.atomic_write(target, 3)

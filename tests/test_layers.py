@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "transformer"
 
 LAYERS = [
     ("math", {"softmax", "stats"}),
-    ("data and tokenizer", {"data", "tokenizer"}),
+    ("data and tokenizer", {"data", "tokenizer", "tokenizer_files"}),
     ("mechanism", {"attention", "positions", "kernels"}),
     # the cost model is formulas over the model's config (and a timing of
     # its block): it sits with the model, below decoding, which uses it

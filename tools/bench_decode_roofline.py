@@ -38,14 +38,16 @@ from transformer.bench import (environment, latency_summary,  # noqa: E402
                                read_bandwidth, write_json)
 from transformer.kv_cache import decode_bytes  # noqa: E402
 from transformer.model import GPT, GPTConfig  # noqa: E402
+from transformer.training import PRESETS  # noqa: E402
 
 OUT = ROOT / "results" / "kv_cache" / "decode_roofline.json"
 QUICK_OUT = ROOT / "results" / "tmp" / "decode_roofline-quick.json"
 BLOCK = 1024
 # GPT-2-like shapes from the book's tiny width to GPT-2 small; the wider
 # ones carry GPT-2's vocabulary, so their weights outgrow the caches
-SHAPES = {
-    "tiny": dict(vocab_size=1024, n_layer=4, n_head=4, n_embd=128),
+SHAPES = {  # tiny: the `tiny` preset's shape (transformer.training.PRESETS)
+    "tiny": {k: PRESETS["tiny"][0][k]
+             for k in ("vocab_size", "n_layer", "n_head", "n_embd")},
     "d256": dict(vocab_size=50257, n_layer=4, n_head=4, n_embd=256),
     "d512": dict(vocab_size=50257, n_layer=8, n_head=8, n_embd=512),
     "gpt2_small": dict(vocab_size=50257, n_layer=12, n_head=12,

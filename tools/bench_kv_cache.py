@@ -29,11 +29,13 @@ from transformer.bench import (environment, latency_summary,  # noqa: E402
                                ratio_of_medians_ci, write_json)
 from transformer.kv_cache import make_caches  # noqa: E402
 from transformer.model import GPT, GPTConfig  # noqa: E402
+from transformer.training import PRESETS  # noqa: E402
 
 OUT = (Path(__file__).resolve().parent.parent / "results" / "kv_cache"
        / "decode_latency.json")
-SHAPES = {
-    "tiny": dict(vocab_size=1024, n_layer=4, n_head=4, n_embd=128),
+SHAPES = {  # tiny: the `tiny` preset's shape (transformer.training.PRESETS)
+    "tiny": {k: PRESETS["tiny"][0][k]
+             for k in ("vocab_size", "n_layer", "n_head", "n_embd")},
     "gpt2_small": dict(vocab_size=50257, n_layer=12, n_head=12, n_embd=768),
 }
 PROMPT = 16

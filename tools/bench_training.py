@@ -68,14 +68,18 @@ from transformer.cost_model import forward_flops  # noqa: E402
 from transformer.model import compile_model  # noqa: E402
 from transformer.model import GPT, GPTConfig  # noqa: E402
 from transformer.optim import AdamW, clip_grad_norm  # noqa: E402
+from transformer.training import PRESETS  # noqa: E402
 
+_TINY_MODEL, _TINY_RUN = PRESETS["tiny"]  # the shape, read, not retyped
+_TINY = {k: _TINY_MODEL[k] for k in ("n_layer", "n_head", "n_embd")}
 SHAPES = {
-    "tiny": dict(n_layer=4, n_head=4, n_embd=128, B=16, T=256),
+    "tiny": dict(_TINY, B=16, T=256),
     "small": dict(n_layer=6, n_head=6, n_embd=384, B=8, T=256),
     # the `tiny` training preset's step (transformer.training.PRESETS)
-    "preset_tiny": dict(n_layer=4, n_head=4, n_embd=128, B=16, T=128),
+    "preset_tiny": dict(_TINY, B=_TINY_RUN["batch_size"],
+                        T=_TINY_MODEL["block_size"]),
 }
-V = 1024
+V = _TINY_MODEL["vocab_size"]
 
 
 def matmul_peak(threads: int, n: int = 1024, repeat: int = 15) -> dict:

@@ -25,7 +25,6 @@ predictions it was run against, written before the runs. One thread.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
@@ -37,7 +36,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tools")]  # this checkout first
 import torch  # noqa: E402
 
 import literate  # noqa: E402
-from transformer.bench import environment  # noqa: E402
+from transformer.bench import environment, write_json  # noqa: E402
 from transformer.ablations import (E12_SHAPES, EXPERIMENTS,  # noqa: E402
                                    measure_e13)
 from transformer.training_checks import (E13_CAUGHT, LEAK_MODEL,  # noqa: E402
@@ -167,9 +166,7 @@ def main(argv=None) -> int:
     for what in (RUNS if args.what == "all" else [args.what]):
         name, run = RUNS[what]
         result = run(args)
-        tmp = OUT / (name + ".tmp")
-        tmp.write_text(json.dumps(result, indent=1) + "\n")
-        tmp.replace(OUT / name)
+        write_json(result, OUT / name)
         print(f"wrote {(OUT / name).relative_to(ROOT)}", flush=True)
     return 0
 

@@ -12,6 +12,7 @@ __all__ = [
     "compare",
     "cpu_model",
     "cpu_caches",
+    "git_commit",
     "environment",
     "format_latency",
     "write_json",
@@ -32,6 +33,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from transformer.data import atomic_write
 from transformer.stats import as_values, bootstrap_ci, check_level
 
 
@@ -266,17 +268,31 @@ def cpu_caches() -> dict:
     return found
 
 
+def git_commit(short: bool = False) -> str | None:
+    """The commit of the checkout the package sits in (`short`: 7 hex
+    digits), with "+dirty" when transformer/ has uncommitted changes, so
+    that a record never claims code it was not made with; None outside a
+    git checkout. Appendix "Measuring honestly", section "Records"."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root,
+                              capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--",
+                                "transformer"], cwd=root,
+                               capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if head.returncode != 0 or not head.stdout.strip():
+        return None
+    commit = head.stdout.strip()[:7 if short else None]
+    return commit + ("+dirty" if dirty.stdout.strip() else "")
+
+
 def environment() -> dict:
     """What a timing depends on, recorded next to every measurement.
 
     Appendix "Measuring honestly", section "Records"."""
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-            text=True, timeout=5, cwd=Path(__file__).resolve().parent
-        ).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        commit = None
+    commit = git_commit(short=True)
     return {
         "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "torch": torch.__version__,
@@ -308,16 +324,15 @@ def format_latency(summary: dict, unit: str = "ms") -> str:
 
 
 def write_json(record: dict, path: str | Path) -> Path:
-    """Write a benchmark record as JSON (parents created); return the path.
+    """Write a record as JSON (parents created), whole or not at all
+    (data.atomic_write); return the path.
 
     Appendix "Measuring honestly", section "Records"."""
     path = Path(path)
     if path.suffix != ".json":
         raise ValueError(f"path: expected a file name ending in .json, "
                          f"got {str(path)!r}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=1) + "\n")
-    return path
+    return atomic_write(path, json.dumps(record, indent=1) + "\n")
 
 
 def read_bandwidth(nbytes: int = 2 ** 29, repeat: int = 5,

@@ -10,6 +10,7 @@ __all__ = [
     "load_documents",
     "load_corpus",
     "train_val_split",
+    "atomic_write",
 ]
 
 
@@ -149,3 +150,28 @@ def train_val_split(data, val_fraction: float = 0.1):
         raise ValueError(f"data: expected at least 2 items to split, got {n}")
     cut = n - max(1, round(n * val_fraction))
     return data[:cut], data[cut:]
+
+
+def atomic_write(path, data: str | bytes) -> Path:
+    """Write `data` (str as UTF-8, or bytes) to `path` whole or not at all:
+    a temporary file in the same folder (parents created), fsync, then
+    os.replace; on any failure the temporary file is removed and `path`
+    is as it was. Returns the path. Chapter "The corpus", section
+    "Writing a file whole or not at all"."""
+    if not isinstance(data, (str, bytes)):
+        raise ValueError(f"data: expected str or bytes, got "
+                         f"{type(data).__name__}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp",
+                               dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

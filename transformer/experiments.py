@@ -30,10 +30,7 @@ __all__ = [
 import hashlib
 import json
 import math
-import os
-import platform
 import re
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -42,6 +39,7 @@ from pathlib import Path
 import torch
 
 from transformer.baseline import baseline_losses, get_batch, token_stream
+from transformer.bench import environment, git_commit, write_json
 from transformer.diagnostics import attention_entropy, block_grad_norms
 from transformer.model import GPT, GPTConfig
 from transformer.stats import summarize
@@ -180,30 +178,6 @@ def _smoke_experiment(exp: Experiment) -> Experiment:
                    values=values, overrides={}, is_smoke=True)
 
 
-def _git_commit() -> str:
-    import transformer
-    root = Path(transformer.__file__).resolve().parent.parent
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root,
-                              capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--",
-                                "transformer"], cwd=root,
-                               capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    if head.returncode != 0:
-        return "unknown"
-    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
-
-
-def _machine() -> dict:
-    return {"platform": platform.platform(),
-            "python": platform.python_version(), "torch": torch.__version__,
-            "cpu_count": os.cpu_count(),
-            "threads": torch.get_num_threads(),
-            "loadavg": list(os.getloadavg())}
-
-
 def _fixed_batch(model: GPT, ids: torch.Tensor, batch_size: int):
     """One batch of windows of `ids`, the same for every run (EVAL_SEED),
     on the model's device: x, y (B, T) each."""
@@ -237,14 +211,14 @@ def _new_record(exp: Experiment, stratum, value, seed: int, mc, cfg,
     machine, both configurations, the references and the model's size."""
     return {"experiment": exp.id, "variable": exp.variable, "value": value,
             "stratum_name": exp.stratum, "stratum": stratum, "seed": seed,
-            "git_commit": _git_commit(), "smoke": exp.is_smoke,
+            "git_commit": git_commit() or "unknown", "smoke": exp.is_smoke,
             "config_hash": config_hash(mc, cfg),
             "reference": {k: reference[k] for k in ("unigram", "bigram",
                                                     "alpha")},
             "model_config": asdict(mc), "run_config": asdict(cfg),
             "n_params": model.n_params(),
             "tokens": cfg.steps * cfg.batch_size * mc.block_size,
-            "machine": _machine()}
+            "machine": environment()}
 
 
 def run_point(exp: Experiment, stratum, value, seed: int, data,
@@ -441,9 +415,7 @@ def run_experiment(exp: Experiment, root: Path | None = None,
                 references[V] = baseline_losses(*streams[V][1:], V)
             rec = run_point(exp, stratum, value, seed, streams[V],
                             reference=references[V])
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(rec, indent=1, allow_nan=True) + "\n")
-        tmp.replace(path)
+        write_json(rec, path)  # whole or not at all
         done_now += 1
         per_run = (time.perf_counter() - started) / done_now
         left = len(points) - i
@@ -627,6 +599,7 @@ def run_probe(probe, seed: int) -> dict:
     raw = final.pop("raw", {})
     final.setdefault("diverged", False)
     return {"experiment": probe.id, "variable": "probe", "value": "-",
-            "stratum": None, "seed": seed, "git_commit": _git_commit(),
-            "smoke": probe.is_smoke, "machine": _machine(), "final": final,
+            "stratum": None, "seed": seed,
+            "git_commit": git_commit() or "unknown", "smoke": probe.is_smoke,
+            "machine": environment(), "final": final,
             **raw, "wall_s_total": time.perf_counter() - t0}
