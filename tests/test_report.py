@@ -50,6 +50,18 @@ The checker is exercised on a small synthetic report (FIXTURE) as well as
 on REPORT.md, and planted errors (a wrong cell, a flipped sign, an
 unlinked "fiftyfold" or "16x") must each be reported.
 
+Claims the values cannot check (test_report_semantics): a verdict or
+direction word in prose (held, failed, inconclusive, caught, missed,
+better, worse, fell behind, kept up, trailed, beat, cleared, neither; a
+linked verdict is exempt) and a count of seeds ("three seeds") must lie
+inside a CLAIMS snippet, whose check reads the records (or whose reason
+says why it is no measurement); a link whose value a sibling key (one
+`_`-separated part different) also holds must name its own part nearer
+than the sibling's ("16" for abl_e6_lf_post_16); no placeholder
+(POSTNORM-EXPECTED, E15-TODO, TODO, FIXME, TBD, XXX). A new verdict word in
+the report therefore needs a link or a CLAIMS entry. `REPORT_MD=path`, or
+`python tests/test_report.py path`, checks another copy of the report.
+
 Other checks: every marked table equals tools/report_tables.py's rebuild
 from results/experiments/; the chapter's rendered tables equal the
 summaries of the committed JSON; results/report/book_numbers.json is
@@ -590,6 +602,8 @@ CLAIMS = [
     ("so both planted bugs are caught for every seed", lambda root: (
         _book(root, "15_ablations.pr_e13_caught") == "held")),
     ('"no better than 1,024"', "E9's first prediction, quoted"),
+    ("none of\nthe", lambda root: (
+        str(_book(root, "07_bigram.ng_n_below")) == "0")),
     ("a feed-forward ratio of 1 clears the bar",
      "E3's first prediction, quoted; the margin it reached is linked"),
     ("both seeds short; the prediction", lambda root: all(
