@@ -50,23 +50,40 @@ The checker is exercised on a small synthetic report (FIXTURE) as well as
 on REPORT.md, and planted errors (a wrong cell, a flipped sign, an
 unlinked "fiftyfold" or "16x") must each be reported.
 
+Claims the values cannot check (test_report_semantics): a verdict or
+direction word in prose (held, failed, inconclusive, caught, missed,
+better, worse, fell behind, kept up, trailed, beat, cleared, neither; a
+linked verdict is exempt) and a count of seeds ("three seeds") must lie
+inside a CLAIMS snippet, whose check reads the records (or whose reason
+says why it is no measurement); a link whose value a sibling key (one
+`_`-separated part different) also holds must name its own part nearer
+than the sibling's ("16" for abl_e6_lf_post_16); no placeholder
+(POSTNORM-EXPECTED, E15-TODO, TODO, FIXME, TBD, XXX). A new verdict word in
+the report therefore needs a link or a CLAIMS entry. `REPORT_MD=path`, or
+`python tests/test_report.py path`, checks another copy of the report.
+
 Other checks: every marked table equals tools/report_tables.py's rebuild
 from results/experiments/; the chapter's rendered tables equal the
 summaries of the committed JSON; results/report/book_numbers.json is
 fresh."""
 import functools
 import json
+import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
 
-import report_tables  # tools/ is on the path (conftest.py)
-from transformer.ablations import EXPERIMENTS
-from transformer.experiments import load_runs, summary_table
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+import report_tables  # noqa: E402 (tools/, as conftest.py puts it)
+from transformer.ablations import EXPERIMENTS  # noqa: E402
+from transformer.experiments import load_runs, summary_table  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-REPORT = (ROOT / "REPORT.md").read_text()
+# REPORT_MD=path checks another copy of the report against this tree's JSON
+REPORT_PATH = Path(os.environ.get("REPORT_MD") or ROOT / "REPORT.md")
+REPORT = REPORT_PATH.read_text()
 
 LINK = re.compile(r"\[([^\]\n]+)\]\(([^)\s]+)\)")
 MARKER = re.compile(r"<!-- table:(\S+) -->")
@@ -131,6 +148,10 @@ RULES = [
      "a position index"),
     # Model and format names that carry digits: "GPT-2", "float32".
     (re.compile(r"\bGPT-2\b|\bfloat(?:16|32|64)\b"), "a name"),
+    # Dates from the commit history, "2026-12-01", and commit hashes in
+    # backticks, "`1725222`": where a ledger entry comes from.
+    (re.compile(r"\b\d{4}-\d{2}-\d{2}\b"), "a date"),
+    (re.compile(r"`[0-9a-f]{7,40}`"), "a commit hash"),
 ]
 
 # One entry per occurrence: (snippet, reason). The snippet must occur in
@@ -228,12 +249,17 @@ ALLOW = [  # settings, thresholds and definitions the report states
      'a declared setting in words (budget, arms, depth), not a measurement'),
     ('for a batch of 64 (E12 measures the bytes, sect',
      'a declared setting of a model, budget or task, not a measurement'),
-    ('not within 0.05 nats of each other, and beyon',
-     'a threshold stated in a declared prediction or bar'),
-    ('t the window MLP by more than 0.3 in recall accuracy; it traile',
-     'a threshold stated in a declared prediction or bar'),
-    ('am); E3 was declared again at twice the budget.',
+    ('(1,024-token BPE, 2026-11-30)',
+     "the first version's vocabulary, a setting"),
+    ('rerun\'s "within 0.05 nats"', "E4's declared threshold, quoted"),
+    ('2,048 "no better than 1,024"', "E9's first prediction, quoted"),
+    ('declared again at twice the budget |',
      'a declared setting in words (budget, arms, depth), not a measurement'),
+    ('within 0.05 nats of the counted one at learning rate 0.5',
+     "E18's declared threshold and setting"),
+    ('within 0.05 nats at depths 2 and 4, a failure depth at 8 or 16',
+     "E6's declared prediction"),
+    ('window MLP by more than 0.3 |', "E15's declared threshold"),
 ]
 
 
@@ -458,6 +484,249 @@ def problems(text, root=ROOT, allow=ALLOW):
 
 def _report(found):
     return "\n".join(found)
+
+
+# ---- claims the numbers alone cannot check --------------------------------
+# A right number under the wrong key, a verdict or direction word turned
+# around, a seed count changed, a placeholder left in: none changes a
+# linked value, so each has its own check below.
+
+BIGRAM_BAR = 0.1  # transformer.experiments.BIGRAM_MARGIN, the report's bar
+
+# A verdict or direction stated in words. Every occurrence in the prose
+# (links blanked) must lie inside a CLAIMS snippet.
+VERDICT_WORD = re.compile(
+    r"\b(?:held|failed|inconclusive|caught|missed|neither|better|worse|"
+    r"fell behind|kept up|trailed|trails|beats?|cleared|clears)\b"
+    r"(?![- ]out)", re.I)
+# A count of seeds ("five seeds each", "one seed"): must lie inside a CLAIMS
+# snippet too, so that its check sees the number.
+SEED_COUNT = re.compile(
+    r"\b(?:one|two|three|four|five|six|seven|eight|nine|\d+)\s+"
+    r"(?:\w+\s+)?seeds?\b", re.I)
+# A placeholder: an all-capitals token with a hyphen ("POSTNORM-EXPECTED",
+# "E15-TODO"), or TODO / TBD / FIXME / XXX.
+PLACEHOLDER = re.compile(
+    r"\b[A-Z][A-Z0-9]*(?:-[A-Z0-9]+)*-[A-Z]{3,}\b|\b(?:TODO|TBD|FIXME|XXX)\b")
+
+_WORDS = {w: i for i, w in enumerate(
+    "zero one two three four five six seven eight nine".split())}
+
+
+def _book(root, key):
+    """A value of results/report/book_numbers.json, "chapter.key"."""
+    chapter, name = key.split(".", 1)
+    return _load(root / "results/report/book_numbers.json")[chapter][name]
+
+
+def _arms(root, exp):
+    """{(stratum, value): [record, ...]} of one experiment's grid records."""
+    out = {}
+    for path in sorted((root / "results/experiments" / exp).glob("*.json")):
+        rec = _load(path)
+        out.setdefault((rec.get("stratum"), rec.get("value")), []).append(rec)
+    return out
+
+
+def _mean(recs, metric):
+    vals = [r["final"][metric] for r in recs]
+    return sum(vals) / len(vals)
+
+
+def _seeds(root, *exps):
+    """The set of seed counts per arm over the experiments (one value when
+    every arm ran the same seeds)."""
+    return {len({r["seed"] for r in recs})
+            for e in exps for recs in _arms(root, e).values()}
+
+
+def _count(word):
+    return _WORDS[word.lower()] if word.lower() in _WORDS else int(word)
+
+
+def _seed_claim(count, *exps):
+    return lambda root: _seeds(root, *exps) == {count}
+
+
+def _below_bar(root, exp):
+    return {k for k, recs in _arms(root, exp).items()
+            if _mean(recs, "below_bigram") < BIGRAM_BAR}
+
+
+# (snippet of the report, check): the snippet must occur exactly once, and
+# its check (a function of the tree's root, true when the records bear the
+# claim out) must hold; a string instead of a check says why the words are
+# not a measured claim. Each verdict word and each seed count of the prose
+# must lie inside one of these snippets: a claim turned around ("No arm
+# missed the bar", "better by", "five seeds") no longer matches its snippet,
+# and its new words are covered by none.
+CLAIMS = [
+    ("A prediction **held** only\nwhen the whole paired interval supports it, "
+     "**failed** when the whole interval\ncontradicts it, and is "
+     "**inconclusive** otherwise", "the verdict rule, a definition"),
+    ("76,800 tokens per run) failed that test in every run",
+     "the first version's records, in the git history"),
+    ("one seed went below it",
+     lambda root: str(_book(root, "07_bigram.bg_tf_n_below")) == "1"),
+    ("one seed reached",
+     lambda root: str(_book(root, "07_bigram.bg_tf_n_below")) == "1"),
+    ("Five arms, five seeds each", lambda root: (
+        _seeds(root, "E4") == {5} and len(_arms(root, "E4")) == 5)),
+    ("two seeds).", _seed_claim(2, "E14")),
+    ("depths 2, 4, 8 and 16, three seeds each", _seed_claim(3, "E6")),
+    ("cannot be decided with\nthree seeds", _seed_claim(3, "E1")),
+    ("at three seeds.", _seed_claim(3, "E1")),
+    ("Only the unscaled sinusoidal arm missed the bar", lambda root: (
+        _below_bar(root, "E4") == {(None, "sinusoidal")})),
+    ("The control cleared the bigram bar", lambda root: (
+        (None, "none") not in _below_bar(root, "E4"))),
+    ("every arm that learned got *worse* on the unseen", lambda root: all(
+        float(_book(root, f"15_ablations.abl_e4_rise_{a}_m")) > 0
+        for a in ("none", "rope", "sinusoidal-matched"))),
+    ("The predicted ordering held for the matched table",
+     "one part of E4's ordering, whose whole is linked as failed"),
+    ("Post-norm fell behind at every depth", lambda root: all(
+        _mean(_arms(root, "E6")[(d, "post")], "val_loss")
+        > _mean(_arms(root, "E6")[(d, "pre")], "val_loss")
+        for d in (2, 4, 8, 16))),
+    ("At depths 2 and 4 it learned but trailed", lambda root: all(
+        _mean(_arms(root, "E6")[(d, "post")], "val_loss")
+        > _mean(_arms(root, "E6")[(d, "pre")], "val_loss") for d in (2, 4))),
+    ("while pre-norm cleared the\nbar at every depth", lambda root: not any(
+        v == "pre" for _, v in _below_bar(root, "E6"))),
+    ("and sixteen are\nworse by", lambda root: (
+        float(_book(root, "15_ablations.e2_vs_best_16_m")) > 0)),
+    ("A failure test that failed, and its repair",
+     "the first E13, in the git history (section 9)"),
+    ("can beat $\\ln V$", "a property of the task, derived in chapter 15"),
+    ("so both planted bugs are caught for every seed", lambda root: (
+        _book(root, "15_ablations.pr_e13_caught") == "held")),
+    ('"no better than 1,024"', "E9's first prediction, quoted"),
+    ("none of\nthe", lambda root: (
+        str(_book(root, "07_bigram.ng_n_below")) == "0")),
+    ("a feed-forward ratio of 1 clears the bar",
+     "E3's first prediction, quoted; the margin it reached is linked"),
+    ("both seeds short; the prediction", lambda root: all(
+        r["final"]["below_bigram"] < BIGRAM_BAR
+        for r in _arms(root, "E14")[(0.003, 200)])),
+]
+
+
+# A key part and the words that name it in prose, where they differ.
+KEY_WORDS = {"held": ("held", "predict"), "fals": ("falsifier",),
+             "fired": ("falsifier", "fired"), "close": ("close", "within")}
+
+
+def _names(part, word):
+    """Whether a prose word names a key part: digits exactly, letters as
+    the word's beginning ("grad" by "gradients"), or a KEY_WORDS word."""
+    if part.isdigit():
+        return word == part
+    return any(word.startswith(k) for k in KEY_WORDS.get(part, (part,)))
+
+
+def key_problems(text, root):
+    """A link whose value another key of the same file also holds (a
+    sibling: one `_`-separated part differs) must be the nearest of them to
+    be named in its paragraph's prose: for abl_e6_lf_post_16 against
+    abl_e6_lf_post_2, "16" must be mentioned nearer the link than "2",
+    a mention before the link counting before any after it (links
+    themselves are not prose). Otherwise a right number under the
+    wrong key passes every value check."""
+    out = []
+    masked = prose_mask(text)
+    for m in LINK.finditer(text):
+        shown, target = m.group(1), m.group(2)
+        path, _, frag = target.partition("#")
+        if (not target.startswith("results/") or not frag or "*" in frag
+                or frag.startswith("table-")):
+            continue
+        try:
+            parent_key, _, leaf = frag.rpartition(".")
+            data = _load(root / path)
+            parent = _resolve(data, parent_key) if parent_key else data
+        except (LookupError, KeyError, IndexError, ValueError, TypeError,
+                OSError):
+            continue
+        if not isinstance(parent, dict) or leaf not in parent:
+            continue
+        mine = leaf.lower().split("_")
+        rivals = {}  # position -> {differing part: sibling key}
+        for other, value in parent.items():
+            theirs = other.lower().split("_")
+            if other == leaf or len(theirs) != len(mine):
+                continue
+            diff = [i for i, (x, y) in enumerate(zip(mine, theirs)) if x != y]
+            if (len(diff) == 1 and mine[diff[0]] not in ("m", "lo", "hi")
+                    and _json_matches(shown, value, None)):
+                rivals.setdefault(diff[0], {})[theirs[diff[0]]] = other
+        a = text.rfind("\n\n", 0, m.start()) + 2
+        b = text.find("\n\n", m.end())
+        b = len(text) if b < 0 else b
+        words = [(w.start() + a, w.group(0)) for w in
+                 re.finditer(r"[a-z0-9]+", masked[a:b].lower())]
+
+        def distance(part):
+            """(0, d) for a mention d characters before the link, (1, d)
+            after it: prose names a quantity before it gives it."""
+            ds = [(0, m.start() - pos) if pos < m.start()
+                  else (1, pos - m.end())
+                  for pos, w in words if _names(part, w)]
+            return min(ds) if ds else None
+        for i, theirs in rivals.items():
+            mine_d = distance(mine[i])
+            nearer = sorted(other for part, other in theirs.items()
+                            if (d := distance(part)) is not None
+                            and (mine_d is None or d < mine_d))
+            if mine_d is None or nearer:
+                why = (f"{nearer} named nearer" if nearer else
+                       f"the paragraph never names {mine[i]!r}")
+                out.append(f"[{shown}]({target}): siblings "
+                           f"{sorted(theirs.values())} hold the same value; "
+                           f"{why}")
+    return out
+
+
+def claim_problems(text, root, claims=None):
+    """Every CLAIMS snippet once and borne out; every verdict word, seed
+    count and placeholder of the prose covered (or, for a placeholder,
+    absent)."""
+    claims = CLAIMS if claims is None else claims
+    out, spans = [], []
+    for snippet, check in claims:
+        hits = [m.start() for m in re.finditer(re.escape(snippet), text)]
+        if len(hits) != 1:
+            out.append(f"claim {snippet!r} occurs {len(hits)} times (must be "
+                       "once; if it was rewritten, rewrite its CLAIMS entry "
+                       "and check)")
+            continue
+        spans.append((hits[0], hits[0] + len(snippet)))
+        if callable(check):
+            try:
+                ok = check(root)
+            except (LookupError, KeyError, ValueError, TypeError, OSError) as e:
+                ok = False
+                out.append(f"claim {snippet!r}: its check failed: {e!r}")
+            else:
+                if not ok:
+                    out.append(f"claim {snippet!r} contradicts its records")
+    masked = prose_mask(text)
+    for pattern, what in ((VERDICT_WORD, "verdict or direction word"),
+                          (SEED_COUNT, "seed count")):
+        for m in pattern.finditer(masked):
+            if any(a <= m.start() and m.end() <= b for a, b in spans):
+                continue
+            line = text.count("\n", 0, m.start()) + 1
+            out.append(f"line {line}: {what} {m.group(0)!r} in no CLAIMS "
+                       "entry")
+    for m in PLACEHOLDER.finditer(text):
+        line = text.count("\n", 0, m.start()) + 1
+        out.append(f"line {line}: placeholder {m.group(0)!r}")
+    return out
+
+
+def semantic_problems(text, root=ROOT, claims=None):
+    return key_problems(text, root) + claim_problems(text, root, claims)
 
 
 # ---- the real report ------------------------------------------------------
@@ -707,3 +976,138 @@ def test_allow_entries_are_per_occurrence(fixture_root):
     "Prediction: within 0.05 nats of 5.6."])
 def test_names_and_definitions_need_no_link(fixture_root, text):
     assert problems(f"# T\n\n{text}\n", fixture_root, []) == []
+
+
+# ---- the semantic checks: the real report, then planted errors -----------
+
+def test_report_semantics():
+    """No right value under a wrong sibling key, every verdict word and seed
+    count inside a checked claim, no placeholder."""
+    found = semantic_problems(REPORT)
+    assert not found, "\n" + _report(found)
+
+
+def _new_semantic(planted):
+    before = set(_unplaced(semantic_problems(REPORT)))
+    return [p for p in _unplaced(semantic_problems(planted))
+            if p not in before]
+
+
+def test_planted_right_value_under_a_sibling_key_is_reported():
+    """Every link whose value a sibling key shares, moved to that sibling
+    (the value still right), is reported."""
+    planted_any = 0
+    for m in LINK.finditer(REPORT):
+        path, _, frag = m.group(2).partition("#")
+        if not path.endswith(".json") or "." not in frag or "*" in frag:
+            continue
+        parent_key, _, leaf = frag.rpartition(".")
+        try:
+            parent = _resolve(_load(ROOT / path), parent_key)
+        except (KeyError, IndexError, ValueError, TypeError):
+            continue
+        if not isinstance(parent, dict):
+            continue
+        mine = leaf.split("_")
+        for other, value in parent.items():
+            theirs = other.split("_")
+            diff = [i for i, (x, y) in enumerate(zip(mine, theirs)) if x != y]
+            if (other == leaf or len(theirs) != len(mine) or len(diff) != 1
+                    or mine[diff[0]] in ("m", "lo", "hi")
+                    or not _json_matches(m.group(1), value, None)):
+                continue
+            target = f"{path}#{parent_key}.{other}"
+            planted = (REPORT[:m.start()] + f"[{m.group(1)}]({target})"
+                       + REPORT[m.end():])
+            assert problems(planted) == []  # every value check passes
+            found = _new_semantic(planted)
+            assert any(target in p for p in found), (target, found)
+            planted_any += 1
+    assert planted_any >= 10  # E6's depths and parts, E3-E8's verdicts
+
+
+REVERSALS = [  # the audit's planted reversals of unlinked claims
+    ("Only the unscaled sinusoidal arm missed the bar",
+     "No arm missed the bar"),
+    ("so both planted bugs are caught for every seed",
+     "so neither planted bug is caught for any seed"),
+    ("and sixteen are\nworse by", "and sixteen are\nbetter by"),
+    ("Post-norm fell behind at every depth", "Post-norm kept up at every depth"),
+    ("The control cleared the bigram bar", "The control missed the bigram bar"),
+]
+
+
+@pytest.mark.parametrize("old, new", REVERSALS)
+def test_planted_reversed_claim_is_reported(old, new):
+    assert REPORT.count(old) == 1
+    found = _new_semantic(REPORT.replace(old, new))
+    assert any(repr(old) in p for p in found), found  # its claim is gone
+    assert any("in no CLAIMS entry" in p for p in found), found
+
+
+@pytest.mark.parametrize("snippet", [s for s, _ in CLAIMS
+                                     if SEED_COUNT.search(s)])
+def test_planted_seed_count_is_reported(snippet):
+    """Each stated count of seeds, changed, is reported."""
+    m = SEED_COUNT.search(snippet)
+    word = m.group(0).split()[0]
+    other = "seven" if word.lower() != "seven" else "four"
+    planted = REPORT.replace(snippet, snippet.replace(word, other, 1))
+    found = _new_semantic(planted)
+    assert any("seed count" in p and other in p for p in found), found
+
+
+@pytest.mark.parametrize("token", ["POSTNORM-EXPECTED", "E15-TODO", "TODO",
+                                   "FIXME", "TBD"])
+def test_planted_placeholder_is_reported(token):
+    first = REPORT.index("\n\n") + 2
+    planted = REPORT[:first] + f"{token}\n\n" + REPORT[first:]
+    found = _new_semantic(planted)
+    assert found == [f"placeholder {token!r}"], found
+
+
+def test_claim_checks_read_the_records(tmp_path):
+    """A claim whose record says otherwise is reported: the checks are not
+    constant."""
+    numbers = json.loads((ROOT / "results/report/book_numbers.json")
+                         .read_text())
+    numbers["15_ablations"]["pr_e13_caught"] = "failed"
+    numbers["15_ablations"]["e2_vs_best_16_m"] = "-0.010"
+    (tmp_path / "results" / "report").mkdir(parents=True)
+    (tmp_path / "results/report/book_numbers.json").write_text(
+        json.dumps(numbers))
+    (tmp_path / "results" / "experiments").symlink_to(
+        ROOT / "results" / "experiments")
+    found = claim_problems(REPORT, tmp_path)
+    assert sorted(found) == sorted([
+        "claim 'so both planted bugs are caught for every seed' "
+        "contradicts its records",
+        "claim 'and sixteen are\\nworse by' contradicts its records"]), found
+
+
+def test_checker_runs_on_a_copy(tmp_path):
+    """`REPORT_MD=copy python tests/test_report.py` checks another copy of
+    the report: clean on this one, exit 1 on a planted placeholder."""
+    import subprocess
+    copy = tmp_path / "REPORT.md"
+    copy.write_text(REPORT)
+    cmd = [sys.executable, str(Path(__file__)), str(copy)]
+    assert subprocess.run(cmd, capture_output=True).returncode == 0
+    copy.write_text(REPORT + "\nPOSTNORM-EXPECTED\n")
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    assert run.returncode == 1 and "POSTNORM-EXPECTED" in run.stdout
+
+
+def main(argv=None):
+    """python tests/test_report.py [PATH]: every problem of the report at
+    PATH (default REPORT.md) against this tree's JSON; exit 1 if any."""
+    args = sys.argv[1:] if argv is None else argv
+    text = Path(args[0]).read_text() if args else REPORT
+    found = problems(text) + semantic_problems(text)
+    print("\n".join(found) if found else "no problems")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT / "tools"))
+    raise SystemExit(main())

@@ -135,3 +135,52 @@ def test_paired_and_unpaired():
 def test_bad_input(call, arg):
     with pytest.raises(ValueError, match=arg):
         call()
+
+
+def test_seeds_for_halfwidth():
+    from transformer.stats import seeds_for_halfwidth
+    # the audit's pooled spread: 11 seeds, and 10 are not enough
+    n = seeds_for_halfwidth(0.0285, 0.02)
+    assert n == 11
+    for m, ok in ((n, True), (n - 1, False)):
+        w = t_quantile(0.975, m - 1) * 0.0285 / math.sqrt(m)
+        assert (w <= 0.02) is ok
+    assert seeds_for_halfwidth(1.0, 100.0) == 2  # the least the rule allows
+    assert seeds_for_halfwidth(0.0285, 0.02, confidence=0.99) > n
+    eq = seeds_for_halfwidth(0.0285, 0.02, power=0.8)
+    nw = seeds_for_halfwidth(0.0285, 0.02, power=0.8, claim="no_worse")
+    assert n < nw < eq
+    # eq. (eq-seeds-power) at its answer and one below
+    z = normal_quantile(0.9)
+    assert (t_quantile(0.975, eq - 1) + z) * 0.0285 / math.sqrt(eq) <= 0.02
+    assert (t_quantile(0.975, eq - 2) + z) * 0.0285 / math.sqrt(eq - 1) > 0.02
+    # scale-free: only sd / delta matters
+    assert seeds_for_halfwidth(2.85, 2.0, power=0.8) == eq
+    for bad in ({"sd": 0.0}, {"delta": -1.0}, {"delta": math.nan},
+                {"confidence": 1.5}, {"power": 0.0}, {"claim": "better"}):
+        kwargs = {"sd": 0.03, "delta": 0.02, **bad}
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            seeds_for_halfwidth(**kwargs)
+
+
+def test_equivalence_and_no_worse_verdicts():
+    from transformer.stats import equivalence_verdict, no_worse_verdict
+    cases = [((-0.01, 0.015), "equivalent", "no worse"),
+             ((-0.02, 0.01), "inconclusive", "no worse"),  # touches -delta
+             ((-0.01, 0.02), "inconclusive", "inconclusive"),  # touches +delta
+             ((0.02, 0.05), "different", "worse"),
+             ((-0.09, -0.03), "different", "no worse"),
+             ((-0.05, 0.05), "inconclusive", "inconclusive"),
+             ((0.01, 0.03), "inconclusive", "inconclusive")]
+    for iv, eq, nw in cases:
+        assert equivalence_verdict(iv, 0.02) == eq, iv
+        assert no_worse_verdict(iv, 0.02) == nw, iv
+    s = summarize([0.001, -0.002, 0.003, 0.0])  # a Summary works as well
+    assert equivalence_verdict(s, 0.02) == "equivalent"
+    assert equivalence_verdict(s, 0.001) == "inconclusive"
+    with pytest.raises(ValueError, match="delta"):
+        equivalence_verdict((0.0, 0.1), 0.0)
+    with pytest.raises(ValueError, match="margin"):
+        no_worse_verdict((0.0, 0.1), -0.1)
+    with pytest.raises(ValueError, match="interval"):
+        equivalence_verdict((0.1, 0.0), 0.02)

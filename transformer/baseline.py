@@ -8,6 +8,7 @@ __all__ = [
     "unigram_loss",
     "bigram_counts",
     "bigram_loss",
+    "bigram_alpha",
     "baseline_losses",
     "BigramLM",
     "fit_bigram_table",
@@ -146,6 +147,18 @@ def bigram_loss(counts: torch.Tensor, eval_ids: torch.Tensor,
 ALPHAS = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0)
 
 
+def bigram_alpha(train_ids: torch.Tensor, vocab_size: int,
+                 alphas=ALPHAS) -> tuple:
+    """(alpha, dev): the alpha of `alphas` with the lowest loss on the last
+    tenth of the training ids, counted on the first nine tenths, and the
+    development loss at each alpha. Chapter "Data, the bigram baseline and
+    the entropy floor", section "The bigram model, counted", move 3."""
+    cut = int(0.9 * len(train_ids))
+    fit_counts = bigram_counts(train_ids[:cut], vocab_size)
+    dev = [bigram_loss(fit_counts, train_ids[cut:], a) for a in alphas]
+    return alphas[min(range(len(alphas)), key=dev.__getitem__)], dev
+
+
 def baseline_losses(train_ids: torch.Tensor, val_ids: torch.Tensor,
                     vocab_size: int, alphas=ALPHAS) -> dict:
     """The two references every model is measured against: the held-out
@@ -154,10 +167,7 @@ def baseline_losses(train_ids: torch.Tensor, val_ids: torch.Tensor,
     counted on all of them). Returns {"unigram", "bigram", "alpha",
     "dev": the development loss at each alpha}. Chapter "Data, the bigram
     baseline and the entropy floor", section "The bigram model, counted"."""
-    cut = int(0.9 * len(train_ids))
-    fit_counts = bigram_counts(train_ids[:cut], vocab_size)
-    dev = [bigram_loss(fit_counts, train_ids[cut:], a) for a in alphas]
-    alpha = alphas[min(range(len(alphas)), key=dev.__getitem__)]
+    alpha, dev = bigram_alpha(train_ids, vocab_size, alphas)
     counts = bigram_counts(train_ids, vocab_size)
     return {"unigram": unigram_loss(train_ids, val_ids, vocab_size),
             "bigram": bigram_loss(counts, val_ids, alpha), "alpha": alpha,

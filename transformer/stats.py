@@ -15,6 +15,9 @@ __all__ = [
     "summarize",
     "paired_difference",
     "unpaired_difference",
+    "seeds_for_halfwidth",
+    "equivalence_verdict",
+    "no_worse_verdict",
     "format_summary",
 ]
 
@@ -252,6 +255,80 @@ def unpaired_difference(a: Sequence[float], b: Sequence[float],
     k = t_quantile(1.0 - (1.0 - level) / 2, max(df, 1.0))
     return Summary(len(xa) + len(xb), diff, math.nan, se, diff - k * se,
                    diff + k * se, level, "welch")
+
+
+def seeds_for_halfwidth(sd: float, delta: float, confidence: float = 0.95,
+                        power: float | None = None,
+                        claim: str = "equivalent") -> int:
+    """The fewest seeds n >= 2 whose paired t interval at `confidence`
+    has half-width t_{q, n-1} sd / sqrt(n) <= delta (eq.
+    (eq-seeds-halfwidth)), `sd` being the standard deviation of the
+    per-seed differences. With `power`, the fewest n for which a true zero
+    difference holds `claim` ("equivalent" or "no_worse") with about that
+    probability: (t + z) sd / sqrt(n) <= delta (eq. (eq-seeds-power)).
+    Chapter "Evaluation uncertainty and error bars", section "How many
+    seeds, decided before the runs"."""
+    for name, v in (("sd", sd), ("delta", delta)):
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+            raise ValueError(f"{name}: expected a finite number > 0, got "
+                             f"{v!r}")
+    for name, v in (("confidence", confidence), ("power", power)):
+        if v is not None and not (isinstance(v, (int, float))
+                                  and 0.0 < v < 1.0):
+            raise ValueError(f"{name}: expected a number in (0, 1), got "
+                             f"{v!r}")
+    if claim not in ("equivalent", "no_worse"):
+        raise ValueError(f"claim: expected 'equivalent' or 'no_worse', got "
+                         f"{claim!r}")
+    z = 0.0
+    if power is not None:
+        z = normal_quantile((1 + power) / 2 if claim == "equivalent"
+                            else power)
+    q = 1.0 - (1.0 - confidence) / 2
+    n = 2
+    while (t_quantile(q, n - 1) + z) * sd / math.sqrt(n) > delta:
+        n += 1
+        if n > 100_000:
+            raise ValueError(f"delta: {delta!r} needs more than 100,000 "
+                             f"seeds at sd {sd!r}")
+    return n
+
+
+def _interval(interval) -> tuple[float, float]:
+    lo, hi = ((interval.lo, interval.hi) if isinstance(interval, Summary)
+              else tuple(interval))
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
+        raise ValueError(f"interval: expected finite lo <= hi, got "
+                         f"{(lo, hi)!r}")
+    return lo, hi
+
+
+def equivalence_verdict(interval, delta: float) -> str:
+    """"equivalent" when the whole interval (a Summary, or (lo, hi)) lies
+    inside (-delta, +delta); "different" when it lies wholly at or beyond
+    one of them; else "inconclusive". Section "How many seeds, decided
+    before the runs"."""
+    if not (isinstance(delta, (int, float)) and delta > 0):
+        raise ValueError(f"delta: expected a number > 0, got {delta!r}")
+    lo, hi = _interval(interval)
+    if -delta < lo and hi < delta:
+        return "equivalent"
+    if lo >= delta or hi <= -delta:
+        return "different"
+    return "inconclusive"
+
+
+def no_worse_verdict(interval, margin: float) -> str:
+    """For d = variant - control in a loss (higher is worse): "no worse"
+    when the whole interval lies below +margin; "worse" when it lies
+    wholly at or above it; else "inconclusive". Section "How many seeds,
+    decided before the runs"."""
+    if not (isinstance(margin, (int, float)) and margin > 0):
+        raise ValueError(f"margin: expected a number > 0, got {margin!r}")
+    lo, hi = _interval(interval)
+    if hi < margin:
+        return "no worse"
+    return "worse" if lo >= margin else "inconclusive"
 
 
 def format_summary(s: Summary, digits: int = 3) -> str:
