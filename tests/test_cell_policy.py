@@ -148,3 +148,9 @@ def test_adjacent_stream_boxes_of_one_cell_are_joined():
     hide_directives.merge_streams(doc)
     assert [c.astext() for c in out.children] == [
         "header\nrow 1\nrow 2", "warn", "after"]
+
+
+def test_entries_for_a_chapter_that_is_gone_fail(tree):
+    cp.TABLE["98_split_away"] = [("import torch", "hide-input")]
+    assert any("98_split_away: TABLE names a chapter that does not exist" in p
+               for p in cp.check())

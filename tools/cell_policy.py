@@ -274,7 +274,10 @@ def chapter_names() -> list[str]:
 
 def check(names: list[str] | None = None,
           texts: dict[str, str] | None = None) -> list[str]:
-    problems = []
+    problems = [f"{name}: TABLE names a chapter that does not exist "
+                "(renamed or split: move its entries)"
+                for name in TABLE if names is None
+                and name not in chapter_names()]
     for name in names or chapter_names():
         text = (texts or {}).get(name) or chapter_text(name)
         wanted, found = resolve(name, text)
@@ -311,6 +314,8 @@ def apply(names: list[str] | None = None) -> list[str]:
         path = Paths.CHAPTERS / f"{name}.md"
         text = path.read_text(encoding="utf-8")
         wanted, problems = resolve(name, text)
+        if not TABLE.get(name):
+            print(f"{name}: no TABLE entry; `suggest {name}` proposes some")
         if problems:
             raise SystemExit("\n".join(problems))
         new = text
