@@ -148,3 +148,25 @@ def test_adjacent_stream_boxes_of_one_cell_are_joined():
     hide_directives.merge_streams(doc)
     assert [c.astext() for c in out.children] == [
         "header\nrow 1\nrow 2", "warn", "after"]
+
+
+def test_entries_for_a_chapter_that_is_gone_fail(tree):
+    cp.TABLE["98_split_away"] = [("import torch", "hide-input")]
+    assert any("98_split_away: TABLE names a chapter that does not exist" in p
+               for p in cp.check())
+
+
+def test_a_section_named_twice_needs_its_level(tree):
+    tree.write_text(PLANTED + "\n### Plumbing\n\n```{code-cell} ipython3\n"
+                    "z = 3\n```\n")
+    cp.TABLE["99_planted"] = [("§Plumbing", "hide-input")]
+    assert any("no heading '§Plumbing', or more than one" in p
+               for p in cp.check(["99_planted"]))
+    cp.TABLE["99_planted"] = [
+        ("§### Plumbing", "hide-input"),
+        ('from myst_nb import glue\nglue("n"', "remove-cell"),
+        ("def _check_x(x):", "hide-input")]
+    cp.apply(["99_planted"])
+    assert [c.tags for c in cp.code_cells(tree.read_text())] == [
+        [], ["remove-cell"], ["hide-input"], ["nbval-ignore-output"],
+        ["hide-input"]]

@@ -49,7 +49,9 @@ from literate_source import Paths, directives  # noqa: E402
 
 POLICY_TAGS = ("remove-cell", "remove-input", "hide-input")
 
-# chapter -> [(start of the cell's source, tag)]; the table itself is at the
+# chapter -> [(start of the cell's source, tag)]; "§Title" (or
+# "§### Title", one level only) names every code cell of a section; the
+# table itself is at the
 # end of this file
 TABLE: dict[str, list[tuple[str, str]]] = {}
 
@@ -241,8 +243,9 @@ def resolve(name: str, text: str | None = None):
     for start, tag in sections:
         span = section_span(text, start[len(SECTION):].strip())
         if span is None:
-            problems.append(f"{name}: no heading {start!r} (the section "
-                            "was renamed or moved: fix TABLE)")
+            problems.append(f"{name}: no heading {start!r}, or more than "
+                            "one (renamed or moved: fix TABLE; `§### Title` "
+                            "picks a level)")
             continue
         inside = [i for i, c in enumerate(cells)
                   if span[0] <= c.start < span[1] and i not in wanted]
@@ -260,12 +263,18 @@ def section_span(text: str, title: str) -> tuple[int, int] | None:
     heads = [(m.start(), len(m.group(1)), m.group(2).strip())
              for m in HEADING.finditer(text)
              if not any(a <= m.start() < b for a, b in code)]
-    for k, (pos, level, head) in enumerate(heads):
-        if head == title:
-            end = next((p for p, lv, _ in heads[k + 1:] if lv <= level),
-                       len(text))
-            return pos, end
-    return None
+    want = None
+    m = re.match(r"(#{1,6}) (.+)", title)
+    if m:  # "§### Title": only a heading of that level
+        want, title = len(m.group(1)), m.group(2)
+    hits = [k for k, (_, level, head) in enumerate(heads)
+            if head == title and want in (None, level)]
+    if len(hits) != 1:
+        return None
+    pos, level, _ = heads[hits[0]]
+    end = next((p for p, lv, _ in heads[hits[0] + 1:] if lv <= level),
+               len(text))
+    return pos, end
 
 
 def chapter_names() -> list[str]:
@@ -274,7 +283,10 @@ def chapter_names() -> list[str]:
 
 def check(names: list[str] | None = None,
           texts: dict[str, str] | None = None) -> list[str]:
-    problems = []
+    problems = [f"{name}: TABLE names a chapter that does not exist "
+                "(renamed or split: move its entries)"
+                for name in TABLE if names is None
+                and name not in chapter_names()]
     for name in names or chapter_names():
         text = (texts or {}).get(name) or chapter_text(name)
         wanted, found = resolve(name, text)
@@ -311,6 +323,8 @@ def apply(names: list[str] | None = None) -> list[str]:
         path = Paths.CHAPTERS / f"{name}.md"
         text = path.read_text(encoding="utf-8")
         wanted, problems = resolve(name, text)
+        if name not in TABLE:
+            print(f"{name}: no TABLE entry; `suggest {name}` proposes some")
         if problems:
             raise SystemExit("\n".join(problems))
         new = text
@@ -422,6 +436,7 @@ TABLE.update({
     '09_training': [
         # infrastructure: folded here until it moves to an appendix
         ('§Checkpoints', HI),
+        ('§### Presets and the command line', HI),
         ('§Your own text', HI),
 
         ('def _check_train_args(model, train_ids, val_ids, cfg, checkpoint_path,',
@@ -458,6 +473,10 @@ TABLE.update({
         ('§The declarations', HI),
         ('§Probes: E10 to E13 through the same runner', HI),
         ('§Checks: a smoke run, live', HI),
+        ('§Verdicts from paired intervals', HI),
+        ('§Probe E15: associative recall, attention against a fixed-window '
+         'MLP', HI),
+        ("§Probes E16 to E18: the chapters' own measurements", HI),
 
         ('def _check_experiment(exp) -> None:', HI),
         ('from transformer.experiments import all_of, judge', HI),

@@ -155,7 +155,8 @@ def path(name: str) -> Path:
 
 
 def problems() -> list[str]:
-    out = []
+    out = [f"{name}: BOXES names a chapter that does not exist"
+           for name in BOXES if not path(name).exists()]
     numbered = sorted(p.stem for p in Paths.CHAPTERS.glob("*.md")
                       if re.fullmatch(r"(0[1-9]|1[0-6])_.*", p.stem))
     for name in numbered:

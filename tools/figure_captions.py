@@ -202,7 +202,9 @@ def image_cells(chapter: str) -> list[int] | None:
 
 
 def problems() -> list[str]:
-    out = []
+    have = {p.stem for p in Paths.CHAPTERS.glob("*.md")}
+    out = [f"{c}: CAPTIONS names a chapter that does not exist (move its "
+           "entries)" for c in CAPTIONS if c not in have]
     for path in sorted(Paths.CHAPTERS.glob("*.md")):
         chapter, text = path.stem, path.read_text(encoding="utf-8")
         cells, found, bad = resolve(chapter, text)

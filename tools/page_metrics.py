@@ -17,7 +17,9 @@ page in a 1280 px wide window, waits for MathJax, and reads from the DOM:
 - `figures`, `figures_captioned`: images in the page and those inside a
   numbered figure with a caption;
 - `raw_dollar_nodes`: prose text (outside code and typeset math) that still
-  holds a `$`, i.e. LaTeX that did not render.
+  holds a `$`, i.e. LaTeX that did not render;
+- `first_experiment_px`: how far down the first experiment's section (a
+  `sec-eN` label, chapter 15's E4) starts, or -1.
 
 Needs `chromium` (Debian: `apt-get install chromium`). The page is measured on
 a temporary copy with one injected script; the build itself is not changed.
@@ -99,6 +101,12 @@ SCRIPT = r"""
       dollars += 1;
     }
     m.raw_dollar_nodes = dollars;
+    // where the first experiment's section starts (a label `sec-eN`, no
+    // suffix: `sec-e15-probe` is the runner's), or -1
+    const firstExp = Array.from(document.querySelectorAll('[id]')).find(
+        function (e) { return /^sec-e\d+$/.test(e.id); });
+    m.first_experiment_px = firstExp ? Math.round(
+        firstExp.getBoundingClientRect().top + window.scrollY) : -1;
     const pre = document.createElement('div');
     pre.id = 'page-metrics-json';
     pre.textContent = JSON.stringify(m);
