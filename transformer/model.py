@@ -27,6 +27,7 @@ from torch import nn
 
 from transformer import kernels
 from transformer.attention import attention, causal_mask
+from transformer.grouped import grouped_heads
 from transformer.positions import apply_rope, sinusoidal_encoding
 from transformer.softmax import check_targets, cross_entropy
 
@@ -61,6 +62,7 @@ class GPTConfig:
     norm_eps: float = 1e-5
     attn_scale: bool = True
     fused: bool = True
+    n_kv_head: int | None = None  # grouped-query attention, chapter 17
 
     def __post_init__(self):
         _check_config(self)
@@ -69,6 +71,12 @@ class GPTConfig:
     def head_dim(self) -> int:
         """Dh = D / H, the head width of eq. (eq-mha-head)."""
         return self.n_embd // self.n_head
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads: n_kv_head, or n_head when None (multi-head).
+        Chapter "Grouped-query attention"."""
+        return self.n_head if self.n_kv_head is None else self.n_kv_head
 
     @property
     def ffn_dim(self) -> int:
@@ -98,6 +106,11 @@ def _check_config(c: GPTConfig) -> None:
     if c.n_embd % c.n_head:
         raise ValueError(f"n_embd: expected a multiple of n_head = "
                          f"{c.n_head}, got {c.n_embd}")
+    if c.n_kv_head is not None and not (
+            isinstance(c.n_kv_head, int) and not isinstance(c.n_kv_head, bool)
+            and c.n_kv_head >= 1 and c.n_head % c.n_kv_head == 0):
+        raise ValueError(f"n_kv_head: expected None or a divisor of n_head"
+                         f" = {c.n_head}, got {c.n_kv_head!r}")
     ffn = c.ffn_mult * c.n_embd
     if not (c.ffn_mult > 0 and float(ffn).is_integer()):
         raise ValueError(f"ffn_mult: expected > 0 with ffn_mult * n_embd"
@@ -175,19 +188,21 @@ class CausalSelfAttention(nn.Module):
         self.scale = 1.0 / math.sqrt(self.head_dim) if config.attn_scale \
             else 1.0
         self.fused = config.fused
-        self.c_attn = Linear(D, 3 * D, bias=config.bias)  # W_Q|W_K|W_V
+        self.n_kv_head = config.kv_heads  # = n_head unless grouped (ch. 17)
+        Dkv = self.n_kv_head * self.head_dim
+        self.c_attn = Linear(D, D + 2 * Dkv, bias=config.bias)  # W_Q|W_K|W_V
         self.c_proj = Linear(D, D, bias=config.bias)  # W_O
         self.resid_dropout = _dropout(config.dropout)
 
     def forward(self, x: torch.Tensor, start_pos: int = 0,
                 cache=None) -> torch.Tensor:
         B, T, D = x.shape
-        H, Dh = self.n_head, self.head_dim
-        q, k, v = self.c_attn(x).split(D, dim=-1)  # (B, T, D) each
+        H, Hkv, Dh = self.n_head, self.n_kv_head, self.head_dim
+        q, k, v = self.c_attn(x).split([D, Hkv * Dh, Hkv * Dh], dim=-1)
         # the one transpose in: (B, T, D) -> (B, H, T, Dh)
         q = q.view(B, T, H, Dh).transpose(1, 2)  # (B, H, T, Dh)
-        k = k.view(B, T, H, Dh).transpose(1, 2)  # (B, H, T, Dh)
-        v = v.view(B, T, H, Dh).transpose(1, 2)  # (B, H, T, Dh)
+        k = k.view(B, T, Hkv, Dh).transpose(1, 2)  # (B, Hkv, T, Dh)
+        v = v.view(B, T, Hkv, Dh).transpose(1, 2)  # (B, Hkv, T, Dh)
         if self.rope:  # queries and keys only, never values
             pos = torch.arange(start_pos, start_pos + T,
                                device=x.device)  # (T,)
@@ -196,10 +211,12 @@ class CausalSelfAttention(nn.Module):
         if cache is not None:
             k, v = cache.update(k, v)  # (B, H, S, Dh) each
         if self.fused:  # the same, in causal tiles (ch. "Backward passes")
-            out = kernels.causal_attention(q, k, v, self.scale)
+            out = grouped_heads(lambda qg, kg, vg: kernels.causal_attention(
+                qg, kg, vg, self.scale), q, k, v)  # (B, H, T, Dh)
         else:
             mask = causal_mask(T, k.shape[2], device=x.device)  # (T, S)
-            out, _ = attention(q, k, v, mask, self.scale)  # (B, H, T, Dh)
+            out = grouped_heads(lambda qg, kg, vg: attention(
+                qg, kg, vg, mask, self.scale)[0], q, k, v)  # (B, H, T, Dh)
         # the one transpose out: (B, H, T, Dh) -> (B, T, D)
         out = out.transpose(1, 2).reshape(B, T, D)  # (B, T, D)
         return self.resid_dropout(self.c_proj(out))  # (B, T, D)
@@ -477,7 +494,8 @@ def gpt_param_count(config: GPTConfig) -> int:
                   config.ffn_dim)
     b = int(config.bias)
     norm = D * (1 + b) if config.norm == "layernorm" else D
-    attn = 4 * D * D + 4 * D * b  # W_QKV (D, 3D), W_O (D, D), biases
+    Dkv = config.kv_heads * config.head_dim  # = D unless grouped (ch. 17)
+    attn = 2 * D * D + 2 * D * Dkv + (2 * D + 2 * Dkv) * b  # W_QKV, W_O
     ffn = 2 * D * F + (F + D) * b  # up (D, F), down (F, D), biases
     total = V * D + L * (2 * norm + attn + ffn)
     if config.pos_encoding == "learned":
@@ -559,6 +577,10 @@ def hf_gpt2_config(config: GPTConfig) -> dict:
         if getattr(config, name) != gpt2:
             raise ValueError(f"config.{name}: GPT-2 has only {gpt2!r}, got "
                              f"{getattr(config, name)!r}")
+    if config.kv_heads != config.n_head:
+        raise ValueError(f"config.n_kv_head: GPT-2 has one key/value head "
+                         f"per query head (n_head = {config.n_head}), got "
+                         f"{config.n_kv_head}")
     if not config.attn_scale:  # transformers' SDPA path ignores the flag
         raise ValueError("config.attn_scale: GPT-2 as transformers runs it "
                          "always divides the scores by sqrt(Dh), got False")
