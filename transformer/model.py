@@ -28,6 +28,7 @@ from torch import nn
 from transformer import kernels
 from transformer.attention import attention, causal_mask
 from transformer.grouped import grouped_heads
+from transformer.tiled import tiled_attention
 from transformer.positions import apply_rope, sinusoidal_encoding
 from transformer.softmax import check_targets, cross_entropy
 
@@ -63,6 +64,7 @@ class GPTConfig:
     attn_scale: bool = True
     fused: bool = True
     n_kv_head: int | None = None  # grouped-query attention, chapter 17
+    attn_window: int | None = None  # sliding window, chapter 19
 
     def __post_init__(self):
         _check_config(self)
@@ -106,11 +108,13 @@ def _check_config(c: GPTConfig) -> None:
     if c.n_embd % c.n_head:
         raise ValueError(f"n_embd: expected a multiple of n_head = "
                          f"{c.n_head}, got {c.n_embd}")
-    if c.n_kv_head is not None and not (
-            isinstance(c.n_kv_head, int) and not isinstance(c.n_kv_head, bool)
-            and c.n_kv_head >= 1 and c.n_head % c.n_kv_head == 0):
+    kv, w = c.n_kv_head, c.attn_window  # bool is no int here
+    if kv is not None and (type(kv) is not int or kv < 1 or c.n_head % kv):
         raise ValueError(f"n_kv_head: expected None or a divisor of n_head"
                          f" = {c.n_head}, got {c.n_kv_head!r}")
+    if w is not None and (type(w) is not int or w < 1):
+        raise ValueError(f"attn_window: expected None or a positive int "
+                         f"(keys each query sees), got {c.attn_window!r}")
     ffn = c.ffn_mult * c.n_embd
     if not (c.ffn_mult > 0 and float(ffn).is_integer()):
         raise ValueError(f"ffn_mult: expected > 0 with ffn_mult * n_embd"
@@ -189,6 +193,7 @@ class CausalSelfAttention(nn.Module):
             else 1.0
         self.fused = config.fused
         self.n_kv_head = config.kv_heads  # = n_head unless grouped (ch. 17)
+        self.window = config.attn_window  # sliding window (ch. 19)
         Dkv = self.n_kv_head * self.head_dim
         self.c_attn = Linear(D, D + 2 * Dkv, bias=config.bias)  # W_Q|W_K|W_V
         self.c_proj = Linear(D, D, bias=config.bias)  # W_O
@@ -210,7 +215,10 @@ class CausalSelfAttention(nn.Module):
             k = apply_rope(k, pos, self.rope_base)  # (B, H, T, Dh)
         if cache is not None:
             k, v = cache.update(k, v)  # (B, H, S, Dh) each
-        if self.fused:  # the same, in causal tiles (ch. "Backward passes")
+        if self.window is not None:  # tiles inside the window (ch. 19)
+            out = grouped_heads(lambda qg, kg, vg: tiled_attention(
+                qg, kg, vg, True, 64, self.window, self.scale), q, k, v)
+        elif self.fused:  # the same, in causal tiles (ch. "Backward passes")
             out = grouped_heads(lambda qg, kg, vg: kernels.causal_attention(
                 qg, kg, vg, self.scale), q, k, v)  # (B, H, T, Dh)
         else:
@@ -577,6 +585,10 @@ def hf_gpt2_config(config: GPTConfig) -> dict:
         if getattr(config, name) != gpt2:
             raise ValueError(f"config.{name}: GPT-2 has only {gpt2!r}, got "
                              f"{getattr(config, name)!r}")
+    if config.attn_window is not None:
+        raise ValueError(f"config.attn_window: GPT-2 attends to every "
+                         f"earlier position, got a window of "
+                         f"{config.attn_window}")
     if config.kv_heads != config.n_head:
         raise ValueError(f"config.n_kv_head: GPT-2 has one key/value head "
                          f"per query head (n_head = {config.n_head}), got "
