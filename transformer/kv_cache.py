@@ -77,7 +77,8 @@ def make_caches(model, B: int, max_len: int) -> list[KVCache]:
     device. Derived in chapter "The KV cache", moves 4 and 6."""
     cfg = model.config
     p = next(model.parameters())
-    return [KVCache(B, cfg.n_head, max_len, cfg.head_dim, p.dtype, p.device)
+    return [KVCache(B, cfg.kv_heads, max_len, cfg.head_dim, p.dtype,
+                    p.device)  # kv_heads: n_head unless grouped (ch. 17)
             for _ in range(cfg.n_layer)]
 
 

@@ -28,6 +28,8 @@ from torch import nn
 
 from transformer import kernels
 from transformer.attention import attention, causal_mask
+from transformer.grouped import grouped_heads
+from transformer.tiled import tiled_attention
 from transformer.positions import (ROPE_LAYOUTS, apply_rope,
                                   sinusoidal_encoding)
 from transformer.softmax import check_targets, cross_entropy
@@ -66,6 +68,8 @@ class GPTConfig:
     norm_eps: float = 1e-5
     attn_scale: bool = True
     fused: bool = True
+    n_kv_head: int | None = None  # grouped-query attention, chapter 17
+    attn_window: int | None = None  # sliding window, chapter 19
 
     def __post_init__(self):
         _check_config(self)
@@ -74,6 +78,12 @@ class GPTConfig:
     def head_dim(self) -> int:
         """Dh = D / H, the head width of eq. (eq-mha-head)."""
         return self.n_embd // self.n_head
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads: n_kv_head, or n_head when None (multi-head).
+        Chapter "Grouped-query attention"."""
+        return self.n_head if self.n_kv_head is None else self.n_kv_head
 
     @property
     def ffn_dim(self) -> int:
@@ -103,6 +113,13 @@ def _check_config(c: GPTConfig) -> None:
     if c.n_embd % c.n_head:
         raise ValueError(f"n_embd: expected a multiple of n_head = "
                          f"{c.n_head}, got {c.n_embd}")
+    kv, w = c.n_kv_head, c.attn_window  # bool is no int here
+    if kv is not None and (type(kv) is not int or kv < 1 or c.n_head % kv):
+        raise ValueError(f"n_kv_head: expected None or a divisor of n_head"
+                         f" = {c.n_head}, got {c.n_kv_head!r}")
+    if w is not None and (type(w) is not int or w < 1):
+        raise ValueError(f"attn_window: expected None or a positive int "
+                         f"(keys each query sees), got {c.attn_window!r}")
     ffn = c.ffn_mult * c.n_embd
     if not (c.ffn_mult > 0 and float(ffn).is_integer()):
         raise ValueError(f"ffn_mult: expected > 0 with ffn_mult * n_embd"
@@ -184,19 +201,22 @@ class CausalSelfAttention(nn.Module):
         self.scale = 1.0 / math.sqrt(self.head_dim) if config.attn_scale \
             else 1.0
         self.fused = config.fused
-        self.c_attn = Linear(D, 3 * D, bias=config.bias)  # W_Q|W_K|W_V
+        self.n_kv_head = config.kv_heads  # = n_head unless grouped (ch. 17)
+        self.window = config.attn_window  # sliding window (ch. 19)
+        Dkv = self.n_kv_head * self.head_dim
+        self.c_attn = Linear(D, D + 2 * Dkv, bias=config.bias)  # W_Q|W_K|W_V
         self.c_proj = Linear(D, D, bias=config.bias)  # W_O
         self.resid_dropout = _dropout(config.dropout)
 
     def forward(self, x: torch.Tensor, start_pos: int = 0,
                 cache=None) -> torch.Tensor:
         B, T, D = x.shape
-        H, Dh = self.n_head, self.head_dim
-        q, k, v = self.c_attn(x).split(D, dim=-1)  # (B, T, D) each
+        H, Hkv, Dh = self.n_head, self.n_kv_head, self.head_dim
+        q, k, v = self.c_attn(x).split([D, Hkv * Dh, Hkv * Dh], dim=-1)
         # the one transpose in: (B, T, D) -> (B, H, T, Dh)
         q = q.view(B, T, H, Dh).transpose(1, 2)  # (B, H, T, Dh)
-        k = k.view(B, T, H, Dh).transpose(1, 2)  # (B, H, T, Dh)
-        v = v.view(B, T, H, Dh).transpose(1, 2)  # (B, H, T, Dh)
+        k = k.view(B, T, Hkv, Dh).transpose(1, 2)  # (B, Hkv, T, Dh)
+        v = v.view(B, T, Hkv, Dh).transpose(1, 2)  # (B, Hkv, T, Dh)
         if self.rope:  # queries and keys only, never values
             pos = torch.arange(start_pos, start_pos + T,
                                device=x.device)  # (T,)
@@ -206,11 +226,16 @@ class CausalSelfAttention(nn.Module):
                            self.rope_layout_k)  # (B, H, T, Dh)
         if cache is not None:
             k, v = cache.update(k, v)  # (B, H, S, Dh) each
-        if self.fused:  # the same, in causal tiles (ch. "Backward passes")
-            out = kernels.causal_attention(q, k, v, self.scale)
+        if self.window is not None:  # tiles inside the window (ch. 19)
+            out = grouped_heads(lambda qg, kg, vg: tiled_attention(
+                qg, kg, vg, True, 64, self.window, self.scale), q, k, v)
+        elif self.fused:  # the same, in causal tiles (ch. "Backward passes")
+            out = grouped_heads(lambda qg, kg, vg: kernels.causal_attention(
+                qg, kg, vg, self.scale), q, k, v)  # (B, H, T, Dh)
         else:
             mask = causal_mask(T, k.shape[2], device=x.device)  # (T, S)
-            out, _ = attention(q, k, v, mask, self.scale)  # (B, H, T, Dh)
+            out = grouped_heads(lambda qg, kg, vg: attention(
+                qg, kg, vg, mask, self.scale)[0], q, k, v)  # (B, H, T, Dh)
         # the one transpose out: (B, H, T, Dh) -> (B, T, D)
         out = out.transpose(1, 2).reshape(B, T, D)  # (B, T, D)
         return self.resid_dropout(self.c_proj(out))  # (B, T, D)
@@ -506,7 +531,8 @@ def gpt_param_count(config: GPTConfig) -> int:
                   config.ffn_dim)
     b = int(config.bias)
     norm = D * (1 + b) if config.norm == "layernorm" else D
-    attn = 4 * D * D + 4 * D * b  # W_QKV (D, 3D), W_O (D, D), biases
+    Dkv = config.kv_heads * config.head_dim  # = D unless grouped (ch. 17)
+    attn = 2 * D * D + 2 * D * Dkv + (2 * D + 2 * Dkv) * b  # W_QKV, W_O
     ffn = 2 * D * F + (F + D) * b  # up (D, F), down (F, D), biases
     total = V * D + L * (2 * norm + attn + ffn)
     if config.pos_encoding == "learned":
@@ -588,6 +614,14 @@ def hf_gpt2_config(config: GPTConfig) -> dict:
         if getattr(config, name) != gpt2:
             raise ValueError(f"config.{name}: GPT-2 has only {gpt2!r}, got "
                              f"{getattr(config, name)!r}")
+    if config.attn_window is not None:
+        raise ValueError(f"config.attn_window: GPT-2 attends to every "
+                         f"earlier position, got a window of "
+                         f"{config.attn_window}")
+    if config.kv_heads != config.n_head:
+        raise ValueError(f"config.n_kv_head: GPT-2 has one key/value head "
+                         f"per query head (n_head = {config.n_head}), got "
+                         f"{config.n_kv_head}")
     if not config.attn_scale:  # transformers' SDPA path ignores the flag
         raise ValueError("config.attn_scale: GPT-2 as transformers runs it "
                          "always divides the scores by sqrt(Dh), got False")
