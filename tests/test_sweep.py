@@ -212,3 +212,17 @@ def test_bad_groups_are_refused():
     assert shape_key(mc, run) == shape_key(
         dataclasses.replace(mc, fused=False),
         dataclasses.replace(run, lr=1.0, seed=5, steps=3, warmup_steps=1))
+
+
+def test_group_by_shape_groups_a_grid():
+    """A grid's points split into stackable groups: equal shapes together,
+    first-appearance order, at most max_models each; every point once."""
+    from transformer.sweep import group_by_shape
+    a, b = GPTConfig(**TOY), GPTConfig(**{**TOY, "n_layer": 3})
+    run = _runs(1)[0]
+    pts = [(a, run), (b, run), (a, dataclasses.replace(run, lr=1e-2)),
+           (a, run), (b, run)]
+    assert group_by_shape(pts) == [[0, 2, 3], [1, 4]]
+    assert group_by_shape(pts, max_models=2) == [[0, 2], [3], [1, 4]]
+    with pytest.raises(ValueError, match="max_models"):
+        group_by_shape(pts, max_models=0)

@@ -209,6 +209,7 @@ _WHERE = {  # public name -> module defining it
     "gelu_tanh_fused": "kernels",
     "cross_entropy_mean": "kernels",
     "shape_key": "sweep",
+    "group_by_shape": "sweep",
     "StackedGPT": "sweep",
     "clip_per_model": "sweep",
     "StackedAdamW": "sweep",

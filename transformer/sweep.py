@@ -4,6 +4,7 @@ from __future__ import annotations
 
 __all__ = [
     "shape_key",
+    "group_by_shape",
     "StackedGPT",
     "clip_per_model",
     "StackedAdamW",
@@ -35,6 +36,22 @@ def shape_key(mc: GPTConfig, cfg: TrainConfig) -> tuple:
     m = dataclasses.asdict(dataclasses.replace(mc, fused=True))
     return (tuple(sorted(m.items())), cfg.batch_size,
             cfg.seq_len or mc.block_size)
+
+
+def group_by_shape(configs: list, max_models: int = 8) -> list[list[int]]:
+    """Indices of `configs` ((GPTConfig, TrainConfig) pairs, e.g. a grid's
+    points) in groups that can train as one computation: equal shape_key,
+    in the order the points first appear, at most `max_models` per group
+    (a stacked step holds K models' activations at once). Section "Many
+    models at once"."""
+    if not (isinstance(max_models, int) and max_models >= 1):
+        raise ValueError(f"max_models: expected a positive int, got "
+                         f"{max_models!r}")
+    groups: dict = {}
+    for i, (mc, cfg) in enumerate(configs):
+        groups.setdefault(shape_key(mc, cfg), []).append(i)
+    return [idx[a:a + max_models] for idx in groups.values()
+            for a in range(0, len(idx), max_models)]
 
 
 def _per_model(values, like: torch.Tensor) -> torch.Tensor:
@@ -200,7 +217,7 @@ def clip_per_model(params: list, max_norms: list) -> torch.Tensor:
     scale = torch.where(torch.isfinite(total) & (limit > 0), scale, 1.0)
     if bool((scale < 1).any()):
         for g in grads:
-            g.mul_(_per_model(scale.tolist(), g))
+            g.mul_(scale.view(-1, *([1] * (g.dim() - 1))))  # (K, 1, ...)
     return total
 
 
@@ -233,19 +250,27 @@ class StackedAdamW:
             t, lr, b1, b2 = self.t[k], lrs[k], cfg.beta1, cfg.beta2
             cols.append((1 - lr * cfg.weight_decay, 1 - b1, b2, 1 - b2,
                          lr / (1 - b1 ** t), (1 - b2 ** t) ** 0.5))
-        decay, w1, b2, w2, step, root2 = zip(*cols)
+        # one (K, 1, ..., 1) tensor per coefficient and parameter rank
+        live = [float(a) for a in active]
+        coef = {}
+        for p in self.params:
+            if p.dim() not in coef:
+                coef[p.dim()] = [_per_model(c, p) for c in (
+                    zip(*cols) if all(active) else [*zip(*cols), live])]
         frozen = not all(active)
+        use_decay = any(c[0] != 1.0 for c in cols)
         for p, m, v in zip(self.params, self.m, self.v):
             g = p.grad
+            decay, w1, b2, w2, step, root2, *alive = coef[p.dim()]
             if frozen:
-                g.mul_(_per_model([float(a) for a in active], g))
+                g.mul_(alive[0])
                 g.nan_to_num_(0.0, 0.0, 0.0)  # 0 * nan is still nan
-            if p.dim() >= 3 and any(d != 1.0 for d in decay):
-                p.mul_(_per_model(decay, p))  # decoupled decay (eq-adamw)
-            m.lerp_(g, _per_model(w1, p))  # m <- b1 m + (1 - b1) g
-            v.mul_(_per_model(b2, p)).addcmul_(g * _per_model(w2, p), g)
-            denom = (v.sqrt() / _per_model(root2, p)).add_(self.eps)
-            p.addcmul_(m / denom, _per_model(step, p), value=-1.0)
+            if p.dim() >= 3 and use_decay:
+                p.mul_(decay)  # decoupled decay (eq-adamw)
+            m.lerp_(g, w1)  # m <- b1 m + (1 - b1) g
+            v.mul_(b2).addcmul_(g * w2, g)  # v <- b2 v + (1 - b2) g g
+            denom = (v.sqrt() / root2).add_(self.eps)
+            p.addcmul_(m / denom, step, value=-1.0)
 
 
 def _check_configs(configs, models) -> list:
