@@ -332,9 +332,12 @@ def test_steps_0_and_a_full_disk(tmp_path, capsys, monkeypatch, one_thread):
     assert cli.main(["train", *TINY, "--set", "steps=2", "--force",
                      "--checkpoint", str(ckpt)]) == 2
     err = errors(capsys)  # the run's header, then one line of error
-    assert [ln for ln in err if "error" in ln] == [
-        "python -m transformer train: error: [Errno 28] No space left on "
-        "device"]
+    [line] = [ln for ln in err if "error" in ln]
+    assert line.startswith("python -m transformer train: error: checkpoint: "
+                           "could not write ")
+    assert line.endswith("(No space left on device); step 2 is not saved; "
+                         "no checkpoint of this run was written (the file "
+                         "there is as it was)")
     assert "Traceback" not in "\n".join(err)
     assert ckpt.read_bytes() == before  # the old file is intact
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.pt"]

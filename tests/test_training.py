@@ -454,13 +454,14 @@ def test_text_stream_splits_trains_on_the_training_part_and_caches(tmp_path):
     cut = len(text) - round(len(text) * 0.1)
     assert tok.decode(train_ids.tolist()) == text[:cut]
     assert tok.decode(val_ids.tolist()) == text[cut:]
-    cached = list((tmp_path / "tokenizers").iterdir())
-    assert len(cached) == 1
+    cached = sorted((tmp_path / "tokenizers").iterdir())
+    # the tokenizer and its seal (key and SHA-256 of the file)
+    assert [p.suffix for p in cached] == ["", ".sha256"]
     again = text_stream(text, 300, tmp_path)
     assert torch.equal(again[1], train_ids)
-    assert list((tmp_path / "tokenizers").iterdir()) == cached
+    assert sorted((tmp_path / "tokenizers").iterdir()) == cached
     text_stream(text + "more", 300, tmp_path)  # other text: other key
-    assert len(list((tmp_path / "tokenizers").iterdir())) == 2
+    assert len(list((tmp_path / "tokenizers").iterdir())) == 4
     with pytest.raises(ValueError, match="^vocab_size: expected an int >"):
         text_stream(text, 10, tmp_path)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 __all__ = [
     "tokenizer_from_text",
     "save_checkpoint",
+    "CheckpointWriteError",
     "load_checkpoint",
     "check_weights_fit",
     "model_from_checkpoint",
@@ -13,7 +14,10 @@ __all__ = [
     "check_resume",
     "restore_run",
     "resumed_configs",
+    "config_from_checkpoint",
     "remove_stale_temporaries",
+    "CheckpointLocked",
+    "checkpoint_lock",
 ]
 
 
@@ -75,10 +79,18 @@ def tokenizer_from_text(text: str | None):
     none). Defined in chapter "Training", section "Checkpoints"."""
     if text is None:
         return None
+    if not isinstance(text, str):
+        raise ValueError(f"checkpoint: its tokenizer is not text (got "
+                         f"{type(text).__name__})")
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "tokenizer.bpe"
-        path.write_text(text, encoding="utf-8")
-        return BPETokenizer.load(path)
+        path.write_text(text, encoding="utf-8", errors="surrogatepass")
+        try:
+            return BPETokenizer.load(path)
+        except ValueError as err:  # named for the checkpoint, not tmp
+            why = str(err).replace(f"path: {str(path)!r}", "it")
+            raise ValueError(f"checkpoint: its stored tokenizer is not "
+                             f"valid ({why})") from None
 
 
 def save_checkpoint(path, model, optimizer=None, step: int = 0,
@@ -122,10 +134,29 @@ def save_checkpoint(path, model, optimizer=None, step: int = 0,
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except (OSError, RuntimeError) as err:  # torch wraps ENOSPC in these
+        Path(tmp).unlink(missing_ok=True)
+        raise CheckpointWriteError(path, err) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+class CheckpointWriteError(OSError):
+    """save_checkpoint could not write `path`: the temporary file is
+    removed and the file at `path`, if any, is as it was. `held` (set by
+    train) says which step that file holds. Defined in chapter
+    "Training", section "Checkpoints"."""
+
+    def __init__(self, path, cause, held: str | None = None):
+        self.path, self.cause, self.held = Path(path), cause, held
+        why = " ".join(str(getattr(cause, "strerror", None) or cause)
+                       .split())[:200]
+        kept = held or ("the file there is as it was"
+                        if self.path.exists() else "nothing was written")
+        super().__init__(f"checkpoint: could not write {str(path)!r} "
+                         f"({why}); {kept}")
 
 
 def load_checkpoint(path) -> dict:
@@ -162,7 +193,48 @@ def load_checkpoint(path) -> dict:
         raise ValueError(f"checkpoint: {str(path)!r} is corrupted (its "
                          f"contents do not match the digest stored in it)")
     ckpt.setdefault("data", {})  # files written before the key existed
+    _check_fields(ckpt, path)
     return ckpt
+
+
+_FIELD_KINDS = {  # key: (allowed types, what the message says)
+    "model_config": (dict, "a dict"), "train_config": ((dict, type(None)),
+                                                       "a dict or None"),
+    "model": (dict, "a dict of tensors"),
+    "optimizer": ((dict, type(None)), "a dict or None"),
+    "step": (int, "an int >= 0"), "rng": (dict, "a dict of tensors"),
+    "history": (dict, "a dict of lists"),
+    "tokenizer": ((str, type(None)), "text or None"),
+    "data": (dict, "a dict")}
+
+
+def _check_fields(ckpt: dict, path) -> None:
+    """Each field of a checkpoint of the kind save_checkpoint writes; a
+    file can have a valid digest and still be crafted (the digest is a
+    checksum, not a signature), so nothing is trusted before this."""
+    def bad(key, what):
+        return ValueError(f"checkpoint: {str(path)!r} has a malformed "
+                          f"{key!r} (expected {what})")
+    for key, (kinds, what) in _FIELD_KINDS.items():
+        value = ckpt[key]
+        if not isinstance(value, kinds) or isinstance(value, bool):
+            raise bad(key, what)
+    if ckpt["step"] < 0:
+        raise bad("step", "an int >= 0")
+    if not all(isinstance(v, torch.Tensor) for v in ckpt["model"].values()):
+        raise bad("model", "a dict of tensors")
+    if not all(isinstance(v, (torch.Tensor, list, tuple))
+               for v in ckpt["rng"].values()):
+        raise bad("rng", "a dict of tensors")
+    if not all(isinstance(v, list) for v in ckpt["history"].values()):
+        raise bad("history", "a dict of lists")
+    data = ckpt["data"]
+    if data and data.get("kind") not in ("corpus", "text"):
+        raise bad("data", "kind 'corpus' or 'text'")
+    if data.get("kind") == "text" and not (
+            isinstance(data.get("path"), str) and data["path"]
+            and isinstance(data.get("sha256"), str)):
+        raise bad("data", "a text's 'path' and 'sha256'")
 
 
 def check_weights_fit(config: GPTConfig, state: dict) -> None:
@@ -291,6 +363,8 @@ def resumed_configs(ckpt: dict, overrides: dict, path) -> tuple:
     ValueError in the command line's words otherwise. Section "The
     training loop"."""
     from transformer.training import TrainConfig
+    model_cfg = config_from_checkpoint(ckpt, path)
+    check_weights_fit(model_cfg, ckpt["model"])  # before any allocation
     fixed = sorted(set(overrides) - set(RESUMABLE_FIELDS))
     if fixed:
         raise ValueError(f"--set {fixed[0]}: a resumed run keeps the "
@@ -300,13 +374,34 @@ def resumed_configs(ckpt: dict, overrides: dict, path) -> tuple:
     if not ckpt["train_config"]:
         raise ValueError(f"--resume: {str(path)!r} holds no training "
                          f"configuration, so it cannot be resumed")
-    train_cfg = TrainConfig(**{**ckpt["train_config"], **overrides})
-    if train_cfg.steps <= ckpt["step"]:
+    steps = overrides.get("steps", ckpt["train_config"].get("steps"))
+    if isinstance(steps, int) and steps <= ckpt["step"]:
+        # said before TrainConfig, whose warmup check would speak first
         raise ValueError(f"--resume: the run in {str(path)!r} has done "
-                         f"{ckpt['step']} of {train_cfg.steps} steps; "
+                         f"{ckpt['step']} of {steps} steps; "
                          f"extend it with --set steps=N, N > "
                          f"{ckpt['step']}")
-    return GPTConfig(**ckpt["model_config"]), train_cfg
+    try:
+        train_cfg = TrainConfig(**{**ckpt["train_config"], **overrides})
+    except TypeError as err:
+        raise ValueError(f"checkpoint: {str(path)!r} has a train_config "
+                         f"this TrainConfig does not take ({err})") from None
+    if ckpt["optimizer"] is None or not {"torch", "batches"} <= set(
+            ckpt["rng"]):
+        raise ValueError(f"--resume: {str(path)!r} lacks the optimizer or "
+                         f"generator state a run is resumed from")
+    return model_cfg, train_cfg
+
+
+def config_from_checkpoint(ckpt: dict, path="checkpoint") -> GPTConfig:
+    """The GPTConfig a checkpoint stores; ValueError (never TypeError) for
+    a field this GPTConfig does not have. Section "The training loop"."""
+    try:
+        return GPTConfig(**ckpt["model_config"])
+    except TypeError as err:
+        raise ValueError(f"checkpoint: {str(path)!r} has a model_config "
+                         f"that does not fit this GPTConfig ({err})"
+                         ) from None
 
 
 def remove_stale_temporaries(path) -> list[Path]:
@@ -322,3 +417,85 @@ def remove_stale_temporaries(path) -> list[Path]:
     for f in stale:
         f.unlink(missing_ok=True)
     return stale
+
+
+class CheckpointLocked(ValueError):
+    """Another live process holds the lock on a checkpoint. Section "Your
+    own text"."""
+
+
+_HELD_LOCKS: dict = {}  # resolved checkpoint path -> [fd, depth]
+
+
+class checkpoint_lock:
+    """`with checkpoint_lock(path):` holds an exclusive lock on `path` (a
+    flock on PATH.lock) for the length of the block; CheckpointLocked if a
+    live process holds it. A lock left by a killed process is free again
+    and is taken over (`took_over` is then that process's id). Nested use
+    in one process is allowed. Without fcntl (not POSIX) it does nothing.
+    Defined in chapter "Training", section "Your own text"."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self.lock_path = self.path.with_name(self.path.name + ".lock")
+        self.took_over = None
+
+    def __enter__(self):
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - not POSIX
+            return self
+        self.key = str(self.path.resolve())
+        if self.key in _HELD_LOCKS:
+            _HELD_LOCKS[self.key][1] += 1
+            return self
+        self.made = []  # folders made for the lock, removed with it
+        folder = self.lock_path.parent
+        while not folder.exists():
+            self.made.append(folder)
+            folder = folder.parent
+        self.lock_path.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                owner = os.read(fd, 100).decode(errors="replace").strip()
+                os.close(fd)
+                lock = str(self.lock_path)
+                raise CheckpointLocked(
+                    f"--checkpoint: {str(self.path)!r} is in use by another "
+                    f"run (process {owner or '?'}, lock {lock!r}); wait "
+                    f"for it to end, or choose another --checkpoint"
+                ) from None
+            try:  # the file we locked must still be the one at the path
+                same = os.fstat(fd).st_ino == os.stat(self.lock_path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)  # removed by its owner meanwhile: lock anew
+        old = os.read(fd, 100).decode(errors="replace").strip()
+        if old.isdigit() and int(old) != os.getpid():
+            self.took_over = int(old)  # its process ended without unlocking
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        _HELD_LOCKS[self.key] = [fd, 1]
+        return self
+
+    def __exit__(self, *exc):
+        held = _HELD_LOCKS.get(getattr(self, "key", None))
+        if held is None:
+            return False
+        held[1] -= 1
+        if held[1] == 0:
+            del _HELD_LOCKS[self.key]
+            self.lock_path.unlink(missing_ok=True)  # while still locked
+            os.close(held[0])
+            for folder in self.made:  # only if the run left them empty
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
+        return False

@@ -15,7 +15,9 @@ __all__ = [
     "experiment_parser",
     "parse_device",
     "check_output_path",
+    "same_file",
     "run_train",
+    "step_memory_bytes",
     "run_eval",
     "run_sample",
     "run_cost",
@@ -151,7 +153,7 @@ def parse_overrides(items: list[str]) -> dict:
     return out
 
 
-def _int_at_least(low: int):
+def _int_at_least(low: int, below: int | None = None):
     def check(text: str) -> int:
         try:
             value = int(text)
@@ -161,6 +163,9 @@ def _int_at_least(low: int):
         if value < low:
             raise argparse.ArgumentTypeError(
                 f"expected an int >= {low}, got {value}")
+        if below is not None and value >= below:
+            raise argparse.ArgumentTypeError(
+                f"expected an int < {below}, got {value}")
         return value
     return check
 
@@ -250,13 +255,16 @@ def train_parser() -> _Parser:
     again = p.add_mutually_exclusive_group()
     again.add_argument("--resume", action="store_true",
                        help="continue the run in --checkpoint (with the "
-                            "configuration stored in it); start a new run "
-                            "if there is no file yet")
+                            "configuration stored in it); an error if "
+                            "there is no such file")
     again.add_argument("--force", action="store_true",
                        help="start a new run even if --checkpoint exists, "
-                            "replacing it")
+                            "replacing it (and an existing --log file)")
     p.add_argument("--log", default=None, metavar="PATH",
-                   help="also write the loss history to PATH as JSON")
+                   help="also write the loss history to PATH as JSON; "
+                        "never the checkpoint or the training text, and "
+                        "an existing file only with --force (or, with "
+                        "--resume, a log train wrote)")
     p.add_argument("--no-progress", action="store_true",
                    help="no progress bar")
     p.add_argument("--compile", action="store_true",
@@ -303,7 +311,7 @@ def sample_parser() -> _Parser:
     p.add_argument("--top-p", type=float, default=None, metavar="P",
                    help="keep the smallest set of tokens with probability "
                         "P or more (default: all)")
-    p.add_argument("--seed", type=_int_at_least(0), default=0,
+    p.add_argument("--seed", type=_int_at_least(0, 2**64), default=0,
                    metavar="N", help="seed of the sampling generator")
     p.add_argument("--draft", default=None, metavar="PATH",
                    help="a smaller checkpoint with the same tokenizer: "
@@ -439,6 +447,18 @@ def check_output_path(path, option: str) -> Path:
     return path
 
 
+def _recorded_path(recorded: dict, verb_option: str) -> Path:
+    """The training text's path a checkpoint records, which must still
+    exist; else a ValueError that says --data can give its new place."""
+    path = Path(recorded["path"])
+    if not path.exists():
+        raise ValueError(f"{verb_option}: the text the checkpoint was "
+                         f"trained on is no longer at {str(path)!r} (the "
+                         f"path recorded in it); if it moved, pass --data "
+                         f"NEW_PATH")
+    return path
+
+
 def _text_label(data: dict) -> str:
     if data.get("kind") == "text":
         return repr(data["path"])
@@ -465,7 +485,8 @@ def _training_data(data_arg, vocab_size: int, ckpt: dict | None):
     if ckpt is None and data_arg is None:
         tokenizer, train_ids, val_ids = token_stream(vocab_size)
         return tokenizer, train_ids, val_ids, {"kind": "corpus"}
-    path = Path(data_arg if data_arg is not None else recorded["path"])
+    path = Path(data_arg if data_arg is not None else
+                _recorded_path(recorded, "--resume"))
     text, files = read_text(path)
     digest = hashlib.sha256(text.encode("utf-8", "surrogatepass"))
     described = {"kind": "text", "path": str(path.absolute()),
@@ -507,16 +528,68 @@ def _write_json(path: Path, obj) -> None:
     os.replace(tmp, path)
 
 
+def _not_empty(option: str, value) -> None:
+    """An option given as '' is a mistake, never a default."""
+    if value is not None and not str(value).strip():
+        raise ValueError(f"{option}: expected a path, got {value!r}")
+
+
+def same_file(a, b) -> bool:
+    """Whether paths `a` and `b` name one file: equal once resolved
+    (`..`, symbolic links), or the same inode (a hard link). Section
+    "Training"."""
+    import os
+    a, b = Path(a), Path(b)
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist
+        return False
+
+
+def _is_train_log(path: Path) -> bool:
+    """Whether `path` holds a loss history that `train --log` wrote."""
+    import json
+    try:
+        with open(path, encoding="utf-8") as f:
+            obj = json.loads(f.read(50_000_000))
+    except (OSError, ValueError):
+        return False
+    return isinstance(obj, dict) and "train_loss" in obj
+
+
 def _output_paths(args) -> tuple[Path, Path | None]:
-    """(checkpoint, log or None) of `train`, each checked writable."""
+    """(checkpoint, log or None) of `train`, each checked writable. The log
+    is never the checkpoint, and replaces an existing file only with
+    --force, or with --resume when the file is a log train wrote."""
+    _not_empty("--checkpoint", args.checkpoint)
+    _not_empty("--log", args.log)
     path = Path(args.checkpoint or f"checkpoints/{args.preset or 'tiny'}"
                                    f".pt")
     check_output_path(path, "--checkpoint")
     log = None if args.log is None else check_output_path(args.log,
                                                           "--log")
-    if log is not None and log.absolute() == path.absolute():
-        raise ValueError("--log: the same file as --checkpoint")
+    if log is not None and same_file(log, path):
+        raise ValueError(f"--log: {str(log)!r} is the same file as "
+                         f"--checkpoint {str(path)!r}")
+    if (log is not None and log.exists() and not args.force
+            and not (args.resume and _is_train_log(log))):
+        raise ValueError(f"--log: {str(log)!r} exists; pass --force to "
+                         f"replace it, or choose another --log")
     return path, log
+
+
+def _check_log_is_not_data(log: Path | None, data_arg, data: dict) -> None:
+    """The log must never replace the text being trained on."""
+    if log is None or data.get("kind") != "text":
+        return
+    where = Path(data_arg if data_arg is not None else data["path"])
+    files = sorted(where.glob("*.txt")) if where.is_dir() else [where]
+    for f in files:
+        if same_file(log, f):
+            raise ValueError(f"--log: {str(log)!r} is the training text "
+                             f"(--data); choose another --log")
 
 
 def _run_configs(args, path: Path, overrides: dict):
@@ -526,6 +599,10 @@ def _run_configs(args, path: Path, overrides: dict):
     import transformer.checkpoint as ck
     import transformer.training as tr
     ckpt = None
+    if args.resume and not path.exists():
+        raise ValueError(f"--resume: no checkpoint at {str(path)!r} to "
+                         f"resume; check the path, or leave out --resume "
+                         f"to start a new run")
     if path.exists() and args.resume:
         if args.preset is not None:
             raise ValueError("--preset: a resumed run takes its "
@@ -552,10 +629,73 @@ def run_train(args) -> int:
         if overrides.get("vocab_size", args.vocab_size) != args.vocab_size:
             raise ValueError("--vocab-size: differs from --set vocab_size")
         overrides["vocab_size"] = args.vocab_size
+    _not_empty("--data", args.data)
     path, log = _output_paths(args)
+    with ck.checkpoint_lock(path) as lock:  # one run per checkpoint
+        if lock.took_over is not None:
+            print(f"took over the lock on {path} from process "
+                  f"{lock.took_over}, which ended without releasing it",
+                  file=sys.stderr)
+        return _train_locked(args, device, overrides, path, log)
+
+
+def step_memory_bytes(cfg, batch_size: int, T: int) -> int:
+    """A rough upper estimate of the memory one training step of a GPT
+    with config `cfg` takes on batches of `batch_size` x `T` tokens:
+    float32 activations kept for the backward pass (per token, about 16
+    widths per layer, the T attention weights of each head and layer, and
+    the logits), twice over for their gradients, plus the weights with
+    their gradients and AdamW's two moments. Section "Training"."""
+    D, L, H, V = cfg.n_embd, cfg.n_layer, cfg.n_head, cfg.vocab_size
+    per_token = 16 * L * D + 2 * L * H * T + 3 * V
+    weights = 12 * L * D * D + (V + cfg.block_size) * D
+    return 4 * (3 * batch_size * T * per_token + 4 * weights)
+
+
+def _memory_available(device) -> int | None:
+    """Bytes free for a run on `device` (None: unknown)."""
+    import os
+    import resource
+    if device.type == "cuda":
+        import torch
+        return torch.cuda.mem_get_info(device)[0]
+    if device.type != "cpu":
+        return None
+    free = None
+    try:
+        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        with open("/proc/meminfo") as f:  # counts reclaimable caches
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    free = int(line.split()[1]) * 1024
+    except (OSError, ValueError, AttributeError):
+        pass
+    limit = resource.getrlimit(resource.RLIMIT_AS)[0]  # `ulimit -v`
+    if limit != resource.RLIM_INFINITY:
+        free = limit if free is None else min(free, limit)
+    return free
+
+
+def _check_step_memory(cfg, batch_size: int, T: int, device) -> None:
+    """ValueError before anything is built when a step cannot fit."""
+    need, free = step_memory_bytes(cfg, batch_size, T), _memory_available(
+        device)
+    if free is not None and need > free:
+        raise ValueError(f"--set batch_size: a step of {batch_size} x {T} "
+                         f"tokens needs about {need / 2**30:,.1f} GiB, more "
+                         f"than the {free / 2**30:,.1f} GiB available on "
+                         f"{device}; use a smaller batch_size (or "
+                         f"block_size)")
+
+
+def _train_locked(args, device, overrides: dict, path: Path, log) -> int:
+    """run_train's work, while this process holds the checkpoint's lock."""
+    import transformer.checkpoint as ck
+    import transformer.training as tr
     ckpt, model_cfg, train_cfg = _run_configs(args, path, overrides)
     tokenizer, train_ids, val_ids, data = _training_data(
         args.data, model_cfg.vocab_size, ckpt)
+    _check_log_is_not_data(log, args.data, data)
     T = train_cfg.seq_len or model_cfg.block_size
     if min(len(train_ids), len(val_ids)) <= T:
         raise ValueError(f"--data: {_text_label(data)} gives "
@@ -563,6 +703,7 @@ def run_train(args) -> int:
                          f"held-out tokens; windows of {T} tokens need "
                          f"more of each (a longer text, or a smaller "
                          f"--set block_size)")
+    _check_step_memory(model_cfg, train_cfg.batch_size, T, device)
     for stale in ck.remove_stale_temporaries(path):
         print(f"removed {stale}, left by a write that was killed",
               file=sys.stderr)
@@ -581,8 +722,21 @@ def run_train(args) -> int:
     except tr.TrainingInterrupted as stop:
         print(_interrupt_message(stop, path), file=sys.stderr)
         return 128 + stop.signum
+    except Exception as err:
+        if not (args.compile and _is_compile_error(err)):
+            raise
+        first = (str(err).splitlines() or [""])[0]
+        raise ValueError(f"--compile: torch.compile failed "
+                         f"({type(err).__name__}: {_one_line(first)}); "
+                         f"train without --compile") from None
     if log is not None:
         _write_json(log, hist)
+    if hist["diverged"]:
+        print(f"diverged at step {hist['steps']}: a non-finite loss or "
+              f"gradient norm (on_nonfinite=stop), so training stopped; "
+              f"{path} holds step {hist['steps']}, whose update was "
+              f"skipped", file=sys.stderr)
+        return 3
     last = (f"train loss {hist['train_loss'][-1]:.4f}, "
             if hist["train_loss"] else "no training step, ")
     print(f"step {hist['steps']}: {last}val loss "
@@ -607,9 +761,19 @@ def _text_for_eval(data_arg, ckpt: dict) -> tuple[str, str]:
     """(text, label) of the text to evaluate on."""
     from transformer.data import load_corpus
     from transformer.training import read_text
+    import hashlib
+    _not_empty("--data", data_arg)
     recorded = ckpt.get("data") or {"kind": "corpus"}
     if data_arg is None and recorded.get("kind") == "text":
-        data_arg = recorded["path"]
+        path = _recorded_path(recorded, "eval")
+        text = read_text(path)[0]
+        digest = hashlib.sha256(text.encode("utf-8", "surrogatepass"))
+        if digest.hexdigest() != recorded.get("sha256"):
+            raise ValueError(f"--data: {str(path)!r} is not the text the "
+                             f"checkpoint was trained on (its SHA-256 "
+                             f"differs from the one recorded); pass --data "
+                             f"{str(path)!r} to evaluate on it anyway")
+        return text, repr(str(path))
     if data_arg is None:
         return load_corpus(), "the book's corpus"
     return read_text(data_arg)[0], repr(str(data_arg))
@@ -824,6 +988,13 @@ _AFTER_INTERRUPT = {  # what an interrupt outside the work loops leaves
 }
 
 
+def _is_compile_error(err: BaseException) -> bool:
+    """Whether `err` comes from torch.compile's machinery (a missing C++
+    compiler, an unsupported backend), not from the model."""
+    return type(err).__module__.startswith(("torch._dynamo",
+                                            "torch._inductor"))
+
+
 def _one_line(err: BaseException) -> str:
     text = " ".join(str(err).split())
     return text if len(text) <= 300 else text[:297] + "..."
@@ -851,10 +1022,15 @@ def main(argv: list[str] | None = None) -> int:
     """Run `python -m transformer COMMAND ...`; return the exit code: 0
     done, 2 a usage error or a bad file (one line on stderr, never a
     traceback), 128 + the signal number after Ctrl-C (130) or SIGTERM
-    (143), 141 when stdout's reader has gone. Defined in appendix "The
-    command line"."""
+    (143), 141 when stdout's reader has gone, 3 a training run that
+    diverged. Run as the program (argv None), a signal that arrives once
+    the work is done, while the interpreter shuts down, is ignored: the
+    exit code stays the work's. Defined in appendix "The command
+    line"."""
     import signal
     import threading
+    program = (argv is None
+               and threading.current_thread() is threading.main_thread())
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(usage())
@@ -897,3 +1073,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if old is not None:
             signal.signal(signal.SIGTERM, old)
+        if program:  # done: nothing is left that a signal should stop
+            sys.stdout.flush()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, signal.SIG_IGN)

@@ -110,6 +110,12 @@ def _check_config(c: GPTConfig) -> None:
                 and value >= 1):
             raise ValueError(f"{name}: expected a positive int, "
                              f"got {value!r}")
+    for name in ("ffn_mult", "rope_base", "dropout", "norm_eps"):
+        value = getattr(c, name)  # a real, finite number; never a bool
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or not math.isfinite(value)):
+            raise ValueError(f"{name}: expected a finite number, "
+                             f"got {value!r}")
     if c.n_embd % c.n_head:
         raise ValueError(f"n_embd: expected a multiple of n_head = "
                          f"{c.n_head}, got {c.n_embd}")
@@ -436,6 +442,9 @@ def _check_idx(cfg: GPTConfig, idx, start_pos: int, caches) -> None:
             or idx.dim() != 2):
         raise ValueError("idx: expected an int64 tensor of shape (B, T)")
     B, T = idx.shape
+    if T < 1:
+        raise ValueError(f"idx: expected at least one token per sequence, "
+                         f"got shape {tuple(idx.shape)}")
     lo, hi = map(int, idx.aminmax()) if idx.numel() else (0, 0)
     if lo < 0 or hi >= cfg.vocab_size:
         raise ValueError(f"idx: expected token ids in [0, vocab_size = "

@@ -63,7 +63,10 @@ def top_p_filter(probs: torch.Tensor, p: float) -> torch.Tensor:
     # mass strictly ahead of each token: shift, not subtract (no rounding)
     before = torch.cat([torch.zeros_like(mass[..., :1]),
                         mass[..., :-1]], dim=-1)  # (..., V)
-    keep_sorted = before < p  # (..., V); the first entry always survives
+    keep_sorted = before < p  # (..., V)
+    # the first entry always survives, even for a p that rounds to 0 in
+    # the dtype of `probs` (1e-300 in float32)
+    keep_sorted[..., 0] = True
     keep = torch.zeros_like(keep_sorted).scatter(-1, order,
                                                  keep_sorted)  # (..., V)
     kept = probs * keep  # (..., V)
@@ -82,7 +85,13 @@ def next_token_probs(logits: torch.Tensor, temperature: float = 1.0,
     if temperature == 0:
         raise ValueError("temperature: expected > 0 for a distribution "
                          "(temperature 0 is greedy: use sample_next)")
+    if bool(torch.isnan(logits).any()):
+        raise ValueError("logits: expected no NaN entries")
     z = logits / temperature  # (B, V)
+    if not bool(torch.isfinite(z).all()) and bool(
+            torch.isfinite(logits).all()):  # a tiny temperature overflowed:
+        shifted = logits - logits.amax(dim=-1, keepdim=True)  # max 0 ...
+        z = torch.where(shifted == 0, 0.0, shifted / temperature)  # ... kept
     if top_k is not None:
         z = top_k_filter(z, top_k)  # (B, V), -inf outside the top k
     probs = softmax(z)  # (B, V)
@@ -99,6 +108,8 @@ def sample_next(logits: torch.Tensor, temperature: float = 1.0,
     "Sampling and decoding", moves 1-5 (the draw is move 5)."""
     if temperature == 0:
         check_decoding(temperature, top_k, top_p)
+        if bool(torch.isnan(logits).any()):
+            raise ValueError("logits: expected no NaN entries")
         return logits.argmax(dim=-1)  # (B,)
     probs = next_token_probs(logits, temperature, top_k, top_p)  # (B, V)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)

@@ -10,6 +10,8 @@ __all__ = [
 ]
 
 
+import math
+
 import torch
 
 
@@ -25,6 +27,24 @@ def _check_logits(z: torch.Tensor, name: str = "z") -> None:
                          f"last axis, got shape {tuple(z.shape)}")
 
 
+def _limit_rows(z: torch.Tensor, temperature: float):
+    """(z / τ, its row maxima) for rows the plain formula cannot take:
+    every entry -inf (no distribution: ValueError); a +inf entry (the
+    limit: uniform over the +inf entries); a tiny τ that overflows (shift
+    by the max first, so the limit is the arg-max). A row holding NaN
+    stays NaN, as a NaN input does everywhere."""
+    mz = z.amax(dim=-1, keepdim=True)  # (..., 1)
+    if bool(torch.isneginf(mz).any()):
+        raise ValueError("z: a row whose every entry is -inf has no "
+                         "distribution (nothing may be chosen)")
+    top = torch.isposinf(mz)  # (..., 1), rows holding +inf
+    zs = torch.where(top, torch.where(torch.isposinf(z), 0.0, -math.inf),
+                     z - torch.where(top, 0.0, mz))  # (..., V), max 0
+    # the max entries stay 0 even where τ rounds to 0 in z's dtype
+    zt = torch.where(zs == 0, 0.0, zs / temperature)  # (..., V)
+    return zt, zt.amax(dim=-1, keepdim=True)
+
+
 def softmax(z: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """Stable softmax over the last axis: p = exp(z/τ - m) / Σ exp(z/τ - m).
 
@@ -32,10 +52,15 @@ def softmax(z: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     eq. (eq-softmax-shift) with c = m, chapter "Softmax, temperature and
     calibration", moves 1-4."""
     _check_logits(z)
-    if not temperature > 0:
-        raise ValueError(f"temperature: expected > 0, got {temperature!r}")
+    if (isinstance(temperature, bool) or not isinstance(
+            temperature, (int, float)) or not temperature > 0):
+        raise ValueError(f"temperature: expected a number > 0, "
+                         f"got {temperature!r}")
+    given = z
     z = z / temperature
     m = z.amax(dim=-1, keepdim=True)  # (..., 1)
+    if not bool(torch.isfinite(m).all()):  # an infinite row, or overflow
+        z, m = _limit_rows(given, temperature)
     # max is not differentiable in a useful way and the result does not
     # depend on it (translation invariance), so it carries no gradient
     e = torch.exp(z - m.detach())  # (..., V), every entry in (0, 1]
@@ -80,6 +105,9 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor,
     temperature and calibration", section "Cross-entropy: the loss in
     nats"."""
     check_targets(logits, targets)
+    if reduction == "mean" and targets.numel() == 0:
+        raise ValueError("targets: expected at least one target (the mean "
+                         "over an empty batch is undefined)")
     logp = log_softmax(logits)  # (..., V)
     nll = -logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (...)
     if reduction == "mean":

@@ -16,6 +16,7 @@ __all__ = [
 ]
 
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -29,7 +30,9 @@ from pathlib import Path
 import torch
 
 from transformer.baseline import get_batch
-from transformer.checkpoint import restore_run, rng_state, save_checkpoint
+from transformer.checkpoint import (CheckpointWriteError, checkpoint_lock,
+                                    restore_run, rng_state,
+                                    save_checkpoint)
 from transformer.checkpoint import (  # noqa: F401  (older imports)
     CHECKPOINT_FORMAT, load_checkpoint, model_from_checkpoint)
 from transformer.model import GPT, GPTConfig, compile_model
@@ -110,6 +113,10 @@ class TrainConfig:
                 raise ValueError(f"{name}: expected a number in [0, 1), "
                                  f"got {value!r}")
         _check_int("eval_seed", self.eval_seed, 0, none_ok=True)
+        for name in ("seed", "eval_seed"):  # torch's generators: 64 bits
+            if (getattr(self, name) or 0) >= 2**64:
+                raise ValueError(f"{name}: expected an int < 2**64 (a "
+                                 f"torch seed), got {getattr(self, name)}")
         if self.on_nonfinite not in ("skip", "stop"):
             raise ValueError(f"on_nonfinite: expected 'skip' or 'stop', "
                              f"got {self.on_nonfinite!r}")
@@ -217,11 +224,22 @@ class _Run:
 
     def save(self) -> None:
         """Write the whole state to the checkpoint, if there is one."""
-        if self.path is not None:
+        if self.path is None:
+            return
+        try:
             save_checkpoint(self.path, self.model, self.optimizer, self.step,
                             self.cfg, rng_state(self.gen), self.hist,
                             self.tokenizer, self.data)
-            self.saved_step = self.step
+        except CheckpointWriteError as err:
+            held = (f"the file still holds step {self.saved_step}"
+                    if self.saved_step is not None else
+                    "no checkpoint of this run was written"
+                    + (" (the file there is as it was)"
+                       if Path(self.path).exists() else ""))
+            raise CheckpointWriteError(
+                self.path, err.cause, f"step {self.step} is not saved; "
+                f"{held}") from None
+        self.saved_step = self.step
 
     def evaluate(self) -> None:
         """Append eq. (eq-val-estimate) on the fixed windows, at this step
@@ -415,7 +433,10 @@ def train(model: torch.nn.Module, train_ids: torch.Tensor,
 
     checkpoint_path: written every cfg.checkpoint_interval steps (0: never
     in between), at the end, and on Ctrl-C, SIGTERM or a KeyboardInterrupt
-    after at least one new step; TrainingInterrupted is then raised.
+    after at least one new step; TrainingInterrupted is then raised. The
+    run holds checkpoint_lock(checkpoint_path) throughout (another live
+    run on the same file: CheckpointLocked); a write that fails raises
+    CheckpointWriteError saying which step the file still holds.
     resume=True continues from that file if it exists (cfg.steps may be
     larger than the run's, to extend it); the continued run is
     bit-identical to an uninterrupted one. callback(step, history): called
@@ -443,10 +464,12 @@ def train(model: torch.nn.Module, train_ids: torch.Tensor,
         raise ValueError(f"compile: expected a bool, got {compile!r}")
     run = _Run(model, cfg, val_ids, seq_len, checkpoint_path, tokenizer,
                data, compile)
-    if resume and Path(checkpoint_path).is_file():
-        restore_run(run, checkpoint_path)
-    _run_steps(run, train_ids, progress, callback)
-    run.save()
+    with (checkpoint_lock(checkpoint_path) if checkpoint_path is not None
+          else contextlib.nullcontext()):  # one writer per checkpoint
+        if resume and Path(checkpoint_path).is_file():
+            restore_run(run, checkpoint_path)
+        _run_steps(run, train_ids, progress, callback)
+        run.save()
     hist = run.hist
     hist.update(steps=run.step, tokens=run.tokens, train_s=run.train_s,
                 tokens_per_s=run.tokens / run.train_s if run.train_s else 0.0,
@@ -466,6 +489,9 @@ def read_text(path) -> tuple[str, list[Path]]:
     naming the file, if one is missing, empty, binary (a NUL byte) or not
     UTF-8 (with the byte offset). Defined in chapter "Training", section
     "Your own text"."""
+    if not isinstance(path, (str, os.PathLike)) or not str(path).strip():
+        raise ValueError(f"data: expected a path (a non-empty str or "
+                         f"os.PathLike), got {path!r}")
     path = Path(path)
     if path.is_dir():
         files = sorted(p for p in path.glob("*.txt") if p.is_file())
@@ -491,6 +517,8 @@ def read_text(path) -> tuple[str, list[Path]]:
             raise ValueError(f"data: {str(f)!r} is not UTF-8 text "
                              f"({err.reason} at byte offset "
                              f"{err.start})") from None
+        if not texts[-1].strip():  # a byte-order mark and nothing else
+            raise ValueError(f"data: {str(f)!r} is empty")
     return TEXT_SEPARATOR.join(texts), files
 
 
@@ -519,16 +547,49 @@ def text_stream(text: str, vocab_size: int, cache_dir=None):
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
     path = cache / "tokenizers" / f"bpe-{vocab_size}-{key.hexdigest()[:16]}"
     if path.is_file():
-        tok = BPETokenizer.load(path)
+        tok = _cached_tokenizer(path, key.hexdigest(), vocab_size)
     else:
         tok = BPETokenizer.train(train_text, vocab_size)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
         tok.save(tmp)
+        seal = path.with_name(path.name + ".sha256")
+        seal.write_text(_seal(key.hexdigest(), tmp.read_bytes()))
         os.replace(tmp, path)  # whole or absent, as checkpoints are
     train_ids = torch.tensor(tok.encode(train_text), dtype=torch.int64)
     val_ids = torch.tensor(tok.encode(val_text), dtype=torch.int64)
     return tok, train_ids, val_ids  # (N,), (M,)
+
+
+def _seal(key: str, content: bytes) -> str:
+    """What a tokenizer cache's PATH.sha256 holds: its full key, and the
+    SHA-256 of the file's bytes."""
+    import hashlib
+    return f"{key} {hashlib.sha256(content).hexdigest()}\n"
+
+
+def _cached_tokenizer(path: Path, key: str, vocab_size: int):
+    """The tokenizer cached at `path`, checked against its key: the seal
+    written beside it (when there is one) must match, and the vocabulary
+    size must be the one asked for. A damaged or swapped file is an error
+    that says it is a cache and may be deleted."""
+    fix = ("; it is a cache: delete it and the next run rebuilds it")
+    seal = path.with_name(path.name + ".sha256")
+    if seal.is_file() and seal.read_text().strip() != _seal(
+            key, path.read_bytes()).strip():
+        raise ValueError(f"data: the tokenizer cache {str(path)!r} does not "
+                         f"match its key (it was changed or replaced){fix}")
+    try:
+        tok = BPETokenizer.load(path)
+    except ValueError as err:
+        raise ValueError(f"data: the tokenizer cache {str(path)!r} is "
+                         f"damaged ({' '.join(str(err).split())[:150]})"
+                         f"{fix}") from None
+    if tok.vocab_size != vocab_size:
+        raise ValueError(f"data: the tokenizer cache {str(path)!r} holds a "
+                         f"tokenizer of {tok.vocab_size} tokens, not "
+                         f"{vocab_size}{fix}")
+    return tok
 
 
 def evaluate_text(model: torch.nn.Module, tokenizer, ids: torch.Tensor,
