@@ -390,7 +390,7 @@ HI, RC, RI = "hide-input", "remove-cell", "remove-input"
 
 TABLE.update({
     '01_softmax': [
-        ('import torch', HI),
+        ('import math\n\nimport torch', HI),
     ],
     '02_corpus': [
         ('import collections', HI),
@@ -486,6 +486,9 @@ TABLE.update({
          HI),
     ],
     '16_kernels': [
+    ],
+    '18_tiled_attention': [
+        ('def _check_tiled(', HI),
     ],
     '90_measuring': [
         ('import json', HI),

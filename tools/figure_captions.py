@@ -141,6 +141,12 @@ CAPTIONS: dict[str, list[tuple[str, str, str]]] = {
          "(right) temperature scaling: accuracy against mean confidence per "
          "bin, with the diagonal of perfect calibration."),
     ],
+    "21_rope_base": [
+        ("import matplotlib.pyplot as plt", "fig-rope-base-positions",
+         "Held-out loss against the position in a 256-byte window for each "
+         "RoPE arm (mean over seeds, 8-byte bins); the models were trained "
+         "on positions 0-63 (dotted line)."),
+    ],
     "15_ablations": [
         ("fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))", "fig-e4",
          "E4, positional encodings: held-out loss at T = 64 per arm (left) "

@@ -80,7 +80,8 @@ def verify_round(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
 def _check_speculative(target, draft, idx, max_new_tokens, gamma) -> None:
     """speculative_generate's arguments, else a ValueError naming one."""
     if not isinstance(target, GPT):
-        raise ValueError(f"target: expected a GPT, got {type(target).__name__}")
+        raise ValueError(f"target: expected a GPT, "
+                         f"got {type(target).__name__}")
     t_vocab = target.config.vocab_size
     d_vocab = (draft.config.vocab_size if isinstance(draft, GPT)
                else getattr(draft, "vocab_size", None))
