@@ -8,6 +8,9 @@ model trains on one thread at the lowest priority (the host is shared):
     nice -n 19 .venv/bin/python tools/run_lookup.py sweep [--shard K/N]
     nice -n 19 .venv/bin/python tools/run_lookup.py gate  [--shard K/N]
     nice -n 19 .venv/bin/python tools/run_lookup.py ladder [--shard K/N]
+    nice -n 19 .venv/bin/python tools/run_lookup.py ladders   (amendment 1:
+        per T the MLP rungs, then the two-head attention rungs, then the
+        one-head rungs left; each rung list cut after its first pass)
     .venv/bin/python tools/run_lookup.py list PHASE     (jobs, done or not)
     .venv/bin/python tools/run_lookup.py select         (the sweep's choice)
 
@@ -34,7 +37,7 @@ from transformer.lookup import (LOOKUP_TASK, evaluate_lookup,  # noqa: E402
 
 OUT = ROOT / "results" / "experiments" / "E15b"
 CKPT = ROOT / "results" / "tmp" / "e15b"  # git-ignored: checkpoints, curves
-PHASES = ("sweep", "gate", "ladder")
+PHASES = ("sweep", "gate", "ladder", "ladder_h2", "ladders")
 SWEEP_SEED, GATE_SEEDS = 100, (0, 1, 2)
 RECIPE = {"batch_size": 64, "steps": 4000, "warmup_steps": 100,
           "weight_decay": 0.1}
@@ -118,24 +121,73 @@ def gate_jobs():
     return jobs
 
 
-def ladder_jobs():
+def passes(rec, bar=0.95):
+    """The ladder's pass rule: accuracy >= bar on all queries and, for
+    attention, on the queries at distance > T/2 as well (where any)."""
+    f = rec["final"]
+    if rec["arm"] == "mlp":
+        return f["acc"] >= bar
+    far = f.get("acc_far")
+    return min(f["acc"], 1.0 if far is None else far) >= bar
+
+
+def _rungs(phase, arm, T, sizes, make):
+    """One (phase, family, T) rung list, smallest first, cut after the
+    first rung whose record passes (amendment 1: every smaller rung ran
+    and missed, so the cut one is exactly 'the smallest that passes')."""
+    done = {r["name"]: r for r in _records(phase)}
+    jobs = []
+    for size in sizes:
+        job = make(size)
+        jobs.append(job)
+        if job["name"] in done and passes(done[job["name"]]):
+            break
+    return jobs
+
+
+def _ladder(phase, T):
     s = select()
     if s is None or "mlp" not in s:
         return []
     a, lr_m = s["attn"], s["mlp"]["lr"]
+    task = {**LOOKUP_TASK, "seq_len": T}
+    if phase == "ladder_h2":
+        return _rungs(phase, "attn", T, LADDER_ATTN_D, lambda D: _job(
+            phase, "attn", 0, a["lr"], a["init"], a["steps"], task,
+            n_embd=D, n_head=2))
+    mlp = _rungs(phase, "mlp", T, LADDER_MLP_HIDDEN, lambda h: _job(
+        phase, "mlp", 0, lr_m, steps=a["steps"], task=task, window=T,
+        n_embd=MLP_EMBD, hidden=h))
+    attn = _rungs(phase, "attn", T, LADDER_ATTN_D, lambda D: _job(
+        phase, "attn", 0, a["lr"], a["init"], a["steps"], task, n_embd=D,
+        n_head=1))
+    return mlp + attn
+
+
+def ladder_jobs():
+    """The declared ladder (one head), its rungs smallest first and cut
+    after the first pass (amendment 1)."""
+    return [j for T in LADDER_T for j in _ladder("ladder", T)]
+
+
+def ladder_h2_jobs():
+    """Amendment 1's ladder: attention with two heads, the gated shape."""
+    return [j for T in LADDER_T for j in _ladder("ladder_h2", T)]
+
+
+def ladders_jobs():
+    """Amendment 1's order of the compute: per T, the MLP rungs, then the
+    two-head attention rungs; then the one-head attention rungs left."""
     jobs = []
     for T in LADDER_T:
-        task = {**LOOKUP_TASK, "seq_len": T}
-        for D in LADDER_ATTN_D:
-            jobs.append(_job("ladder", "attn", 0, a["lr"], a["init"],
-                             a["steps"], task, n_embd=D, n_head=1))
-        for h in LADDER_MLP_HIDDEN:
-            jobs.append(_job("ladder", "mlp", 0, lr_m, steps=a["steps"],
-                             task=task, window=T, n_embd=MLP_EMBD, hidden=h))
-    return jobs
+        one = _ladder("ladder", T)
+        jobs += [j for j in one if j["arm"] == "mlp"]
+        jobs += _ladder("ladder_h2", T)
+    return jobs + [j for j in ladder_jobs() if j["arm"] == "attn"]
 
 
-JOBS = {"sweep": sweep_jobs, "gate": gate_jobs, "ladder": ladder_jobs}
+JOBS = {"sweep": sweep_jobs, "gate": gate_jobs, "ladder": ladder_jobs,
+        "ladder_h2": ladder_h2_jobs, "ladders": ladders_jobs}
 
 
 def build(job):
@@ -216,7 +268,7 @@ def main(argv):
             print(f"list: expected a phase of {PHASES}", file=sys.stderr)
             return 2
         for j in JOBS[argv[1]]():
-            done = (OUT / argv[1] / f"{j['name']}.json").exists()
+            done = (OUT / j["phase"] / f"{j['name']}.json").exists()
             print("done" if done else "todo", j["name"])
         return 0
     k, n = 0, 1
@@ -231,7 +283,7 @@ def main(argv):
     while True:  # the sweep may add its extension stage after a pass
         jobs = [j for i, j in enumerate(JOBS[phase]()) if i % n == k]
         todo = [j for j in jobs
-                if not (OUT / phase / f"{j['name']}.json").exists()]
+                if not (OUT / j["phase"] / f"{j['name']}.json").exists()]
         if not todo:
             if phase == "sweep" and k == 0 and (select() or {}).get("extend"):
                 todo = [select()["extend"]]
@@ -241,8 +293,8 @@ def main(argv):
         job = todo[0]
         print(f"{time.strftime('%H:%M:%S')} {job['name']}", flush=True)
         rec = run(job)
-        (OUT / phase).mkdir(parents=True, exist_ok=True)
-        path = OUT / phase / f"{job['name']}.json"
+        (OUT / job["phase"]).mkdir(parents=True, exist_ok=True)
+        path = OUT / job["phase"] / f"{job['name']}.json"
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(rec, indent=1) + "\n")
         os.replace(tmp, path)
