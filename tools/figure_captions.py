@@ -148,6 +148,14 @@ CAPTIONS: dict[str, list[tuple[str, str, str]]] = {
          "on positions 0-63 (dotted line)."),
     ],
     "15_ablations": [
+        ('attn_runs = [r for r in sweep.values() if r["arm"] == "attn"]',
+         "fig-e15b-sweep",
+         "E15b's recipe sweep (seed 100): held-out accuracy at the answer "
+         "positions every 250 steps, inside the window MLP's 7-token window "
+         "(left) and outside it (right), per initialisation and learning "
+         "rate. Dashed: the copy-any-bound-value level; dotted: 1/V; solid: "
+         "the 0.95 gate. A run that learns the lookup jumps off the plateau "
+         "on both sides at once."),
         ("fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))", "fig-e4",
          "E4, positional encodings: held-out loss at T = 64 per arm (left) "
          "and the rise in loss from the first to the second half of a "
