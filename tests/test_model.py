@@ -1,6 +1,7 @@
 """Chapter "Multi-head attention, the block and the GPT model": the causal
 leak test (with its mutation check), a float64 finite-difference gradient
 check, Hugging Face GPT-2 as the oracle, and the parameter-count formula."""
+import dataclasses
 import itertools
 import math
 
@@ -427,3 +428,47 @@ def test_compiled_model_equals_eager_and_checks_eagerly():
         torch.testing.assert_close(gc, p.grad, rtol=1e-4, atol=1e-5)
     with pytest.raises(ValueError, match="model"):
         compile_model(model.blocks[0])
+
+
+def test_deepnorm_matches_its_equation_on_one_block():
+    """Eq. (eq-deepnorm) by hand for one block: LN(alpha x + MHA(x)), then
+    LN(alpha x' + FFN(x')), alpha = (2L)^(1/4); and beta's init gains."""
+    from transformer.model import deepnorm_alpha_beta
+    torch.manual_seed(0)
+    cfg = GPTConfig(vocab_size=50, block_size=8, n_layer=8, n_head=2,
+                    n_embd=16, norm_position="deepnorm", fused=False)
+    m = GPT(cfg)
+    a, b = deepnorm_alpha_beta(8)
+    assert a == pytest.approx(16 ** 0.25) and b == pytest.approx(64 ** -0.25)
+    blk = m.blocks[0]
+    x = torch.randn(2, 8, 16)
+    ln = torch.nn.functional.layer_norm  # the oracle: PyTorch's own norm
+    x1 = ln(a * x + blk.attn(x), (16,), blk.ln_1.weight, blk.ln_1.bias)
+    want = ln(a * x1 + blk.mlp(x1), (16,), blk.ln_2.weight, blk.ln_2.bias)
+    torch.testing.assert_close(blk(x), want, rtol=1e-5, atol=1e-5)
+    # beta-scaled Xavier: W_V and the FFN at gain beta, W_Q at gain 1
+    big = GPT(GPTConfig(vocab_size=50, block_size=8, n_layer=8, n_head=4,
+                        n_embd=256, norm_position="deepnorm"))
+    w = big.blocks[0].attn.c_attn.weight.detach()
+    xav = (2 / 512) ** 0.5
+    assert w[:, :256].std().item() == pytest.approx(xav, rel=0.05)
+    assert w[:, 512:].std().item() == pytest.approx(b * xav, rel=0.05)
+    fc = big.blocks[0].mlp.c_fc.weight.detach()
+    assert fc.std().item() == pytest.approx(b * (2 / (256 + 1024)) ** 0.5,
+                                            rel=0.05)
+
+
+def test_embed_scale_multiplies_the_token_embeddings_by_sqrt_d():
+    torch.manual_seed(0)
+    base = GPTConfig(vocab_size=50, block_size=8, n_layer=1, n_head=2,
+                     n_embd=16, norm_position="post", pos_encoding="none",
+                     tie_weights=False)
+    m1 = GPT(base)
+    m2 = GPT(dataclasses.replace(base, embed_scale="sqrt_d"))
+    m2.load_state_dict(m1.state_dict())
+    idx = torch.randint(0, 50, (2, 8))
+    with torch.no_grad():
+        m1.wte.weight.mul_(4.0)  # sqrt(16): the same first-block input
+    torch.testing.assert_close(m1(idx)[0], m2(idx)[0], rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="embed_scale"):
+        dataclasses.replace(base, embed_scale="sqrt")

@@ -105,6 +105,48 @@ _E6 = Experiment(
     metrics=("val_loss", *_REFS, "train_loss", "log10_max_grad_norm"))
 
 
+E6B_STEPS = 1600  # stage 2's budget, 4x E6's 400 steps; stage 1 runs half
+E6B_LRS = (3e-4, 1e-3, 3e-3, 1e-2)  # spanning 33x
+E6B_WARMUP = (0.02, 0.1, 0.3)  # warm-up as a fraction of the steps
+E6B_DEPTHS = (2, 4, 8, 16)
+E6B_MARGIN = 0.05  # the failure margin, nats, declared before any run
+
+
+def _e6b_cells(steps: int) -> tuple:
+    """(depth, peak lr, final lr = peak / 10, warm-up steps) of the grid,
+    depth outermost so the cheap depths finish first."""
+    return tuple((L, lr, float(f"{lr / 10:.3g}"), round(f * steps))
+                 for L in E6B_DEPTHS
+                 for lr in E6B_LRS for f in E6B_WARMUP)
+
+
+_E19 = Experiment(
+    "E19", "E6 rebuilt, stage 1: one grid for every placement and depth",
+    "norm_position", ("pre", "post", "post-sqrtd", "deepnorm"),
+    prediction=(
+        "At 800 steps every placement has a cell more than 0.1 nats below "
+        "the bigram at depths 2, 4 and 8. The share of cells that diverge "
+        "or end within 0.05 nats of the unigram is larger for post-norm "
+        "(both embedding scales) than for pre-norm at every depth of 4 "
+        "or more, with DeepNorm between them at depth 16. Post-norm's "
+        "best cell uses a warm-up fraction of 0.1 or more and a peak lr "
+        "no higher than pre-norm's at depths 8 and 16. Learning-rate "
+        "sensitivity (mean excess over the grid's best cell) is largest "
+        "for post-norm at depth 16."),
+    falsifier=(
+        "a placement with no cell 0.1 nats below the bigram at depth 8 or "
+        "less; or post-norm's share of failed cells no larger than "
+        "pre-norm's at depth 16; or post-norm's best cell at depth 16 "
+        "with 2% warm-up."),
+    seeds=(100,), screen=True, model=_NARROW_MODEL,
+    run={**_BYTE_RUN, "steps": E6B_STEPS // 2},
+    overrides={"post-sqrtd": {"norm_position": "post",
+                              "embed_scale": "sqrt_d"}},
+    stratum=("n_layer", "lr", "min_lr", "warmup_steps"),
+    strata=_e6b_cells(E6B_STEPS // 2), extras=("init_grads",),
+    metrics=("val_loss", *_REFS, "train_loss", "log10_max_grad_norm"))
+
+
 _E2 = Experiment(
     "E2", "Head count at fixed width", "n_head", (1, 2, 4, 8, 16),
     prediction=(
@@ -439,4 +481,4 @@ _E18 = Probe("E18", "The trained bigram's learning rate", measure_e18,
 
 EXPERIMENTS = {e.id: e for e in (
     _E1, _E2, _E3, _E4, _E5, _E6, _E7, _E8, _E9, _E10, _E11, _E12, _E13,
-    _E14, _E15, _E16, _E17, _E18)}
+    _E14, _E15, _E16, _E17, _E18, _E19)}

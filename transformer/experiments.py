@@ -8,6 +8,7 @@ from __future__ import annotations
 
 __all__ = [
     "Experiment",
+    "stratum_label",
     "config_hash",
     "run_point",
     "default_results_dir",
@@ -68,16 +69,21 @@ def _check_experiment(exp) -> None:
     if not re.fullmatch(r"E\d+", exp.id):
         raise ValueError(f"id: expected 'E' and a number, got {exp.id!r}")
     known = _MODEL_FIELDS | _RUN_FIELDS
-    for name in (exp.variable, exp.stratum):
-        if name is not None and name not in known:
+    for name in (exp.variable, *_stratum_names(exp)):
+        if name not in known:
             raise ValueError(f"variable: expected a GPTConfig or "
                              f"TrainConfig field, got {name!r}")
     if len(exp.values) < 2:
         raise ValueError(f"values: expected at least two, "
                          f"got {exp.values!r}")
-    if len(exp.seeds) < 2:
+    if len(exp.seeds) < (1 if exp.screen else 2):
         raise ValueError(f"seeds: expected at least two (an interval "
                          f"needs a spread), got {exp.seeds!r}")
+    width = len(_stratum_names(exp))
+    if width > 1 and not all(isinstance(s, tuple) and len(s) == width
+                             for s in exp.strata):
+        raise ValueError(f"strata: expected tuples of {width} values, one "
+                         f"per field of {exp.stratum}, got {exp.strata!r}")
     if not exp.prediction.strip() or not exp.falsifier.strip():
         raise ValueError("prediction: a prediction and its falsifier "
                          "are written before the experiment runs")
@@ -123,6 +129,7 @@ class Experiment:
     overrides: dict = field(default_factory=dict)
     metrics: tuple = ("val_loss",)
     is_smoke: bool = False
+    screen: bool = False  # a screening grid: one seed allowed, no intervals
 
     def __post_init__(self):
         _check_experiment(self)
@@ -142,7 +149,7 @@ class Experiment:
         inconsistent combination, as the dataclasses do."""
         m = {"vocab_size": self.vocab_size, **self.model}
         r = {**RECIPE, **self.run, "seed": seed}
-        pairs = [(self.stratum, stratum), (self.variable, value),
+        pairs = [*_stratum_pairs(self, stratum), (self.variable, value),
                  *self.overrides.get(value, {}).items()]
         for name, v in pairs:
             if name is not None:
@@ -161,11 +168,10 @@ def _smoke_experiment(exp: Experiment) -> Experiment:
          "n_head": 2}
     r = {**exp.run, "steps": 3, "batch_size": 2, "warmup_steps": 1,
          "eval_interval": 2, "eval_batches": 1}
-    for name in (exp.variable, exp.stratum):
+    names = (exp.variable, *_stratum_names(exp))
+    for name in names:
         m.pop(name, None)
         r.pop(name, None)
-    if exp.variable == "warmup_steps":
-        r["steps"] = max(exp.values) + 2
     values = exp.values
     if exp.variable == "vocab_size":  # two tokenizers, not four
         values = (BYTES, 512)
@@ -174,8 +180,19 @@ def _smoke_experiment(exp: Experiment) -> Experiment:
         strata = (1, 2)
     elif len(strata) > 2:
         strata = strata[:2]
+    warmups = list(values) if exp.variable == "warmup_steps" else []
+    if "warmup_steps" in names[1:]:
+        warmups += [dict(_stratum_pairs(exp, s))["warmup_steps"]
+                    for s in strata]
+    if warmups:
+        r["steps"] = max(warmups) + 2
+    # an arm's architecture stays (E19's "post-sqrtd" is one); its own
+    # recipe goes, as the shared one does
+    arms = {v: {k: x for k, x in arm.items() if k in _MODEL_FIELDS}
+            for v, arm in exp.overrides.items()}
     return replace(exp, model=m, run=r, seeds=(0, 1), strata=strata,
-                   values=values, overrides={}, is_smoke=True)
+                   values=values, overrides={v: a for v, a in arms.items()
+                                             if a}, is_smoke=True)
 
 
 def _fixed_batch(model: GPT, ids: torch.Tensor, batch_size: int):
@@ -187,10 +204,31 @@ def _fixed_batch(model: GPT, ids: torch.Tensor, batch_size: int):
     return x.to(device), y.to(device)
 
 
+def _stratum_names(exp) -> tuple:
+    """The fields a stratum sets: none, one, or a tuple of them (a grid
+    crossed with the variable, E6b's depth x learning rate x warm-up)."""
+    if exp.stratum is None:
+        return ()
+    return exp.stratum if isinstance(exp.stratum, tuple) else (exp.stratum,)
+
+
+def _stratum_pairs(exp, stratum) -> list[tuple]:
+    """(field, value) of one stratum; a record's stratum read back from
+    JSON is a list, taken as the tuple it was."""
+    names = _stratum_names(exp)
+    values = tuple(stratum) if len(names) > 1 else (stratum,)
+    return list(zip(names, values))
+
+
+def stratum_label(exp, stratum) -> str:
+    """'n_layer=8' or 'n_layer=8_lr=0.001_warmup_steps=80'."""
+    return "_".join(f"{n}={v}" for n, v in _stratum_pairs(exp, stratum))
+
+
 def _run_name(exp: Experiment, stratum, value, seed) -> str:
     parts = [f"{exp.variable}={value}"]
     if exp.stratum is not None:
-        parts.insert(0, f"{exp.stratum}={stratum}")
+        parts.insert(0, stratum_label(exp, stratum))
     name = "_".join(parts) + f"_seed={seed}"
     return re.sub(r"[^A-Za-z0-9_.=-]", "-", name) + ".json"
 
@@ -395,7 +433,8 @@ def run_experiment(exp: Experiment, root: Path | None = None,
     for i, (stratum, value, seed) in enumerate(points, 1):
         path = out / _run_name(exp, stratum, value, seed)
         label = (f"[{i}/{len(points)}] {exp.id} "
-                 + (f"{exp.stratum}={stratum} " if exp.stratum else "")
+                 + (stratum_label(exp, stratum) + " " if exp.stratum
+                    else "")
                  + f"{exp.variable}={value} seed={seed}")
         if path.exists():
             old = _read_record(path)
@@ -447,6 +486,13 @@ def _metric(rec: dict, metric: str):
         rec.get(metric)
 
 
+def _same_stratum(have, want) -> bool:
+    """A record's stratum (a list once read from JSON) against a declared
+    one (a tuple for a crossed grid)."""
+    as_list = (lambda v: list(v) if isinstance(v, (tuple, list)) else v)
+    return as_list(have) == as_list(want)
+
+
 def summary_rows(exp: Experiment, records: list[dict],
                  metrics: tuple[str, ...]) -> list[dict]:
     """One row per (stratum, value): for each metric a stats.Summary over
@@ -459,7 +505,7 @@ def summary_rows(exp: Experiment, records: list[dict],
     for stratum in exp.strata:
         for value in exp.values:
             recs = [r for r in records if r["value"] == value
-                    and r.get("stratum") == stratum]
+                    and _same_stratum(r.get("stratum"), stratum)]
             row = {"stratum": stratum, "value": value, "n": len(recs),
                    "diverged": sum(bool(r["final"]["diverged"])
                                    for r in recs)}
@@ -510,7 +556,8 @@ def describe_points(exp) -> str:
                                   f" seeds {exp.seeds}", f"  {doc}"])
     for stratum in exp.strata:
         for value in exp.values:
-            point = (f"{exp.stratum}={stratum} " if exp.stratum else "") + \
+            point = (stratum_label(exp, stratum) + " " if exp.stratum
+                     else "") + \
                 f"{exp.variable}={value}"
             lines.append(f"{point} (seeds {', '.join(map(str, exp.seeds))})")
             for config in exp.configs(stratum, value):

@@ -13,6 +13,7 @@ __all__ = [
     "RMSNorm",
     "gelu_tanh",
     "MLP",
+    "deepnorm_alpha_beta",
     "Block",
     "GPT",
     "drop_decode_copy",
@@ -48,7 +49,9 @@ class GPTConfig:
     applies to the embeddings and to the output of every residual branch,
     not to the attention weights. `rope_layout` pairs RoPE's dimensions
     (2i, 2i+1) ("interleaved") or (i, i + Dh/2) ("halves"), chapter
-    "RoPE's base and conventions". `attn_scale=False` drops the 1/sqrt(Dh)
+    "RoPE's base and conventions". `norm_position="deepnorm"` and
+    `embed_scale="sqrt_d"` are eq. (eq-deepnorm) and the original
+    Transformer's embedding scale. `attn_scale=False` drops the 1/sqrt(Dh)
     score scale (experiment E1). `fused=True` runs the same functions
     through the hand-written backward passes and causal tiles of chapter
     "Backward passes by hand"; False runs this chapter's code line for
@@ -73,6 +76,7 @@ class GPTConfig:
     fused: bool = True
     n_kv_head: int | None = None  # grouped-query attention, chapter 17
     attn_window: int | None = None  # sliding window, chapter 19
+    embed_scale: str = "one"  # "sqrt_d": the original Transformer's x sqrt(D)
 
     def __post_init__(self):
         _check_config(self)
@@ -95,7 +99,8 @@ class GPTConfig:
 
 
 _NORMS = ("layernorm", "rmsnorm")
-_NORM_POSITIONS = ("pre", "post")
+_NORM_POSITIONS = ("pre", "post", "deepnorm")
+_EMBED_SCALES = ("one", "sqrt_d")
 _POS_ENCODINGS = ("learned", "sinusoidal", "sinusoidal-matched", "rope",
                   "none")
 # "sinusoidal-matched": the table's RMS 1/sqrt(2) scaled to the embeddings'
@@ -135,6 +140,7 @@ def _check_config(c: GPTConfig) -> None:
                          f" a whole number, got {c.ffn_mult!r}")
     for name, allowed in (("norm", _NORMS),
                           ("norm_position", _NORM_POSITIONS),
+                          ("embed_scale", _EMBED_SCALES),
                           ("pos_encoding", _POS_ENCODINGS),
                           ("rope_layout", ROPE_LAYOUTS)):
         if getattr(c, name) not in allowed:
@@ -164,11 +170,14 @@ class Linear(nn.Module):
     """y = x W + b with W stored (in, out), as the equations (and GPT-2's
     Conv1D) write it. Shapes: (..., d_in) -> (..., d_out). Implements eq.
     (eq-linear), chapter "Multi-head attention, the block and the GPT
-    model", section "The linear layer"."""
+    model", section "The linear layer". W starts at zero, never as
+    uninitialised memory and without a random draw (so a seed gives a GPT
+    the same weights however it is assembled); GPT then applies GPT-2's
+    initialisation, and a module used alone is initialised by its user."""
 
     def __init__(self, d_in: int, d_out: int, bias: bool = True):
         super().__init__()
-        self.weight = nn.Parameter(torch.empty(d_in, d_out))  # (in, out)
+        self.weight = nn.Parameter(torch.zeros(d_in, d_out))  # (in, out)
         self.bias = nn.Parameter(torch.zeros(d_out)) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -328,6 +337,28 @@ class MLP(nn.Module):
         return self.dropout(self.c_proj(h))  # (B, T, D)
 
 
+def deepnorm_alpha_beta(n_layer: int) -> tuple[float, float]:
+    """DeepNorm's (alpha, beta) for a decoder-only model of n_layer blocks,
+    eq. (eq-deepnorm): (2L)^(1/4) and (8L)^(-1/4)."""
+    return (2 * n_layer) ** 0.25, (8 * n_layer) ** -0.25
+
+
+def _init_deepnorm(model: nn.Module, n_layer: int) -> None:
+    """DeepNorm's initialisation of every block: Xavier-normal, gain beta
+    for W_V, W_O and the feed-forward weights, gain 1 for W_Q and W_K;
+    biases zero (as GPT-2's). Eq. (eq-deepnorm)."""
+    beta = deepnorm_alpha_beta(n_layer)[1]
+    for block in model.blocks:
+        w = block.attn.c_attn.weight  # (D, D + 2 Dkv): W_Q | W_K | W_V
+        D, Dkv = w.shape[0], (w.shape[1] - w.shape[0]) // 2
+        with torch.no_grad():
+            for lo, hi, gain in ((0, D, 1.0), (D, D + Dkv, 1.0),
+                                 (D + Dkv, D + 2 * Dkv, beta)):
+                nn.init.xavier_normal_(w[:, lo:hi], gain=gain)
+            for lin in (block.attn.c_proj, block.mlp.c_fc, block.mlp.c_proj):
+                nn.init.xavier_normal_(lin.weight, gain=beta)
+
+
 class Block(nn.Module):
     """One Transformer block, pre-norm x + Attn(Norm(x)), x + FFN(Norm(x))
     or post-norm Norm(x + Attn(x)), Norm(x + FFN(x)). Shapes:
@@ -338,6 +369,9 @@ class Block(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.pre = config.norm_position == "pre"
+        # DeepNorm (eq-deepnorm): the residual scaled by alpha = (2L)^(1/4)
+        self.alpha = (deepnorm_alpha_beta(config.n_layer)[0]
+                      if config.norm_position == "deepnorm" else 1.0)
         self.ln_1 = _make_norm(config)
         self.attn = CausalSelfAttention(config)
         self.ln_2 = _make_norm(config)
@@ -348,8 +382,9 @@ class Block(nn.Module):
         if self.pre:
             x = x + self.attn(self.ln_1(x), start_pos, cache)  # (B, T, D)
             return x + self.mlp(self.ln_2(x))  # (B, T, D)
-        x = self.ln_1(x + self.attn(x, start_pos, cache))  # (B, T, D)
-        return self.ln_2(x + self.mlp(x))  # (B, T, D)
+        a = self.alpha  # 1 for post-norm
+        x = self.ln_1(a * x + self.attn(x, start_pos, cache))  # (B, T, D)
+        return self.ln_2(a * x + self.mlp(x))  # (B, T, D)
 
 
 class GPT(nn.Module):
@@ -378,6 +413,8 @@ class GPT(nn.Module):
                      else nn.Identity())
         self.lm_head = nn.Linear(D, V, bias=False)  # unembedding, (V, D)
         _init_gpt2(self, config.n_layer)
+        if config.norm_position == "deepnorm":  # eq. (eq-deepnorm)
+            _init_deepnorm(self, config.n_layer)
         if config.tie_weights:
             self.lm_head.weight = self.wte.weight
 
@@ -387,6 +424,8 @@ class GPT(nn.Module):
         _check_idx(cfg, idx, start_pos, caches)
         B, T = idx.shape
         x = self.wte(idx)  # (B, T, D)
+        if cfg.embed_scale == "sqrt_d":  # the original Transformer's scale
+            x = x * math.sqrt(cfg.n_embd)  # (B, T, D)
         if cfg.pos_encoding == "learned":  # rows of wpe, sliced, no gather
             x = x + self.wpe.weight[start_pos:start_pos + T]  # (B, T, D)
         elif cfg.pos_encoding.startswith("sinusoidal"):
@@ -622,7 +661,7 @@ def hf_gpt2_config(config: GPTConfig) -> dict:
     in chapter "Multi-head attention, the block and the GPT model",
     section "Saving for Hugging Face"."""
     for name, gpt2 in (("pos_encoding", "learned"), ("norm", "layernorm"),
-                       ("norm_position", "pre")):
+                       ("norm_position", "pre"), ("embed_scale", "one")):
         if getattr(config, name) != gpt2:
             raise ValueError(f"config.{name}: GPT-2 has only {gpt2!r}, got "
                              f"{getattr(config, name)!r}")
