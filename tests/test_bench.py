@@ -241,16 +241,19 @@ def test_git_commit_marks_a_dirty_tree(monkeypatch):
         def __init__(self, out, rc=0):
             self.stdout, self.returncode = out, rc
 
-    def fake(porcelain, rc=0):
+    def fake(porcelain, rc=0, code="b" * 40 + "\n"):
         def run(cmd, **kw):
-            return Done("a" * 40 + "\n", rc) if "rev-parse" in cmd \
-                else Done(porcelain)
+            if "rev-parse" in cmd:
+                return Done("a" * 40 + "\n", rc)
+            return Done(code) if "log" in cmd else Done(porcelain)
         return run
     monkeypatch.setattr(subprocess, "run", fake(" M transformer/x.py\n"))
-    assert bench.git_commit() == "a" * 40 + "+dirty"
+    assert bench.git_commit() == "a" * 40 + "+dirty"  # HEAD, marked
     assert bench.git_commit(short=True) == "aaaaaaa+dirty"
     assert bench.environment()["git_commit"] == "aaaaaaa+dirty"
     monkeypatch.setattr(subprocess, "run", fake(""))
-    assert bench.git_commit() == "a" * 40
+    assert bench.git_commit() == "b" * 40  # clean: the code's last commit
+    monkeypatch.setattr(subprocess, "run", fake("", code=""))
+    assert bench.git_commit() == "a" * 40  # no such commit: HEAD
     monkeypatch.setattr(subprocess, "run", fake("", rc=128))
     assert bench.git_commit() is None

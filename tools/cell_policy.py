@@ -411,7 +411,7 @@ TABLE.update({
         ('import json', HI),
     ],
     '04_attention': [
-        ('def _check_qkv(q, k, v, mask):', HI),
+        ('def check_qkv(q, k, v, mask):', HI),
         ('S, n_rows = 64, 256', HI),
     ],
     '05_positions': [

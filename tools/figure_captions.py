@@ -148,6 +148,13 @@ CAPTIONS: dict[str, list[tuple[str, str, str]]] = {
          "on positions 0-63 (dotted line)."),
     ],
     "15_ablations": [
+        ('rungs = [r for ph in ladder for r in ladder[ph].values()]',
+         "fig-e15b-ladder",
+         "E15b's size ladder: every rung run, parameters against the "
+         "sequence length T, filled where the model reached 0.95 accuracy "
+         "(attention: on all queries and on those farther than T/2), hollow "
+         "where it missed. The answer per family and T is its lowest "
+         "filled point."),
         ('attn_runs = [r for r in sweep.values() if r["arm"] == "attn"]',
          "fig-e15b-sweep",
          "E15b's recipe sweep (seed 100): held-out accuracy at the answer "

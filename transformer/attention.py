@@ -4,6 +4,7 @@ from __future__ import annotations
 
 __all__ = [
     "causal_mask",
+    "check_qkv",
     "attention",
     "score_variance",
     "softmax_row_stats",
@@ -37,7 +38,7 @@ def causal_mask(T: int, S: int | None = None,
     return j <= i + (S - T)  # (T, S)
 
 
-def _check_qkv(q, k, v, mask):
+def check_qkv(q, k, v, mask):
     """Shapes and dtypes of eq. (eq-attention)'s arguments, else a
     ValueError naming the argument. Chapter "Attention: a lookup that is
     learned", moves 1-5."""
@@ -85,7 +86,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     the chapter passes 1.0 to show what the scale buys. Implements eq.
     (eq-attention), chapter "Attention: a lookup that is learned", moves
     1-5."""
-    _check_qkv(q, k, v, mask)
+    check_qkv(q, k, v, mask)
     if scale is not None and (isinstance(scale, bool) or not isinstance(
             scale, (int, float)) or not math.isfinite(scale)):
         raise ValueError(f"scale: expected None or a finite number, "

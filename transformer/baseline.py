@@ -4,6 +4,7 @@ from __future__ import annotations
 
 __all__ = [
     "token_stream",
+    "check_ids",
     "get_batch",
     "unigram_loss",
     "bigram_counts",
@@ -66,7 +67,7 @@ def token_stream(vocab_size: int = DEFAULT_VOCAB_SIZE, cache_dir=None):
     return tok, train_ids, val_ids
 
 
-def _check_ids(ids, name="ids", min_len=2):
+def check_ids(ids, name="ids", min_len=2):
     """A 1-D int64 tensor of at least `min_len` token ids, else a
     ValueError naming `name`."""
     if not isinstance(ids, torch.Tensor) or ids.dtype != torch.int64 \
@@ -85,7 +86,7 @@ def get_batch(ids: torch.Tensor, batch_size: int, block_size: int,
     `generator` for reproducible batches. Implements eq. (eq-window),
     chapter "Data, the bigram baseline and the entropy floor", section
     "Windows"."""
-    _check_ids(ids)
+    check_ids(ids)
     for name, val in (("batch_size", batch_size), ("block_size", block_size)):
         if not isinstance(val, int) or val < 1:
             raise ValueError(f"{name}: expected a positive int, got {val!r}")
@@ -106,8 +107,8 @@ def unigram_loss(train_ids: torch.Tensor, eval_ids: torch.Tensor,
     Implements eq. (eq-unigram-smoothed), chapter "Data, the bigram
     baseline and the entropy floor", section "The unigram model and its
     entropy"."""
-    _check_ids(train_ids, "train_ids", 1)
-    _check_ids(eval_ids, "eval_ids", 1)
+    check_ids(train_ids, "train_ids", 1)
+    check_ids(eval_ids, "eval_ids", 1)
     if not alpha > 0:
         raise ValueError(f"alpha: expected > 0, got {alpha!r}")
     counts = torch.bincount(train_ids, minlength=vocab_size).double()  # (V,)
@@ -120,7 +121,7 @@ def bigram_counts(ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
 
     The c(a, b) of eq. (eq-bigram), chapter "Data, the bigram baseline and
     the entropy floor", section "The bigram model, counted", move 1."""
-    _check_ids(ids)
+    check_ids(ids)
     if ids.max() >= vocab_size or ids.min() < 0:
         raise ValueError(f"ids: expected ids in [0, {vocab_size})")
     pairs = ids[:-1] * vocab_size + ids[1:]  # (N - 1,) flat index a * V + b
@@ -134,7 +135,7 @@ def bigram_loss(counts: torch.Tensor, eval_ids: torch.Tensor,
 
     Implements eq. (eq-bigram-loss), chapter "Data, the bigram baseline and
     the entropy floor", section "The bigram model, counted", move 2."""
-    _check_ids(eval_ids, "eval_ids")
+    check_ids(eval_ids, "eval_ids")
     if not alpha > 0:
         raise ValueError(f"alpha: expected > 0, got {alpha!r}")
     V = counts.shape[0]

@@ -271,21 +271,29 @@ def cpu_caches() -> dict:
 
 
 def git_commit(short: bool = False) -> str | None:
-    """The commit of the checkout the package sits in (`short`: 7 hex
-    digits), with "+dirty" when transformer/ has uncommitted changes, so
-    that a record never claims code it was not made with; None outside a
-    git checkout. Appendix "Measuring honestly", section "Records"."""
+    """The commit of the code a record is made with (`short`: 7 hex
+    digits): with transformer/ clean, the last commit that changed it (so
+    a grid that runs across sessions, while chapters and results are
+    committed around it, keeps one commit as long as its code does); with
+    uncommitted changes there, HEAD and "+dirty", so that a record never
+    claims code it was not made with; None outside a git checkout.
+    Appendix "Measuring honestly", section "Records"."""
     root = Path(__file__).resolve().parent.parent
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=root, capture_output=True,
+                              text=True, timeout=10)
     try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root,
-                              capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--",
-                                "transformer"], cwd=root,
-                               capture_output=True, text=True, timeout=10)
+        head = git("rev-parse", "HEAD")
+        dirty = git("status", "--porcelain", "--", "transformer")
+        code = None if dirty.stdout.strip() else git(
+            "log", "-1", "--format=%H", "--", "transformer")
     except (OSError, subprocess.SubprocessError):
         return None
     if head.returncode != 0 or not head.stdout.strip():
         return None
+    if code is not None and code.returncode == 0 and code.stdout.strip():
+        return code.stdout.strip()[:7 if short else None]
     commit = head.stdout.strip()[:7 if short else None]
     return commit + ("+dirty" if dirty.stdout.strip() else "")
 

@@ -525,8 +525,8 @@ def summary_table(exp: Experiment, records: list[dict],
     t interval over seeds), the value alone for a point with one seed (a
     deterministic probe), 'n/a' where a metric does not apply."""
     rows = summary_rows(exp, records, metrics)
-    head = ([exp.stratum] if exp.stratum else []) + [exp.variable, "seeds",
-                                                      "diverged", *metrics]
+    head = ([", ".join(_stratum_names(exp))] if exp.stratum else []) + [
+        exp.variable, "seeds", "diverged", *metrics]
     lines = ["| " + " | ".join(head) + " |",
              "|" + "---|" * len(head)]
     for row in rows:

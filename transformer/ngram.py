@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from transformer.baseline import _check_ids, bigram_alpha
+from transformer.baseline import check_ids, bigram_alpha
 
 NGRAM_ORDER = 5
 CONCENTRATIONS = (0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0, math.inf)
@@ -70,7 +70,7 @@ def count_ngram(ids: torch.Tensor, vocab_size: int, params) -> NgramModel:
     """Count every order 1..len(params) in `ids`: the c(h), u(h) and
     c(h, b) of eq. (eq-ngram), one sort per order. Section "A reference
     that counts context"."""
-    _check_ids(ids)
+    check_ids(ids)
     if not isinstance(vocab_size, int) or vocab_size < 2:
         raise ValueError(f"vocab_size: expected an int >= 2, got "
                          f"{vocab_size!r}")
@@ -160,7 +160,7 @@ def ngram_stream_losses(model: NgramModel, ids: torch.Tensor,
     float64. The order-`order` truncation of `model` (default: all of it);
     with `every_order`, (order, len(ids) - 1), row k - 1 for order k.
     Section "A reference that counts context"."""
-    _check_ids(ids)
+    check_ids(ids)
     out = _losses(model, ids[None, :], torch.arange(1, len(ids)), order,
                   every_order)
     return out[:, 0] if every_order else out[0]
@@ -206,7 +206,7 @@ def fit_ngram(train_ids: torch.Tensor, vocab_size: int,
     grids, on the last tenth of the training ids with counts from the
     first nine tenths; then counted on all of `train_ids`. The validation
     split is never read. Section "A reference that counts context"."""
-    _check_ids(train_ids, "train_ids", 20)
+    check_ids(train_ids, "train_ids", 20)
     if not isinstance(order, int) or order < 1:
         raise ValueError(f"order: expected a positive int, got {order!r}")
     if math.inf not in concentrations:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 __all__ = [
+    "tile_mask",
     "tiled_attention",
     "saved_bytes",
     "predicted_tiled_bytes",
@@ -14,26 +15,14 @@ import math
 
 import torch
 
+from transformer.attention import check_qkv
+
 
 def _check_tiled(q, k, v, causal, block_size, window, scale) -> None:
     """Arguments of tiled_attention, else a ValueError naming the first
     one that is wrong. Chapter "Tiled attention with an online softmax",
     section "The code"."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 4:
-            raise ValueError(f"{name}: expected a 4-D tensor (B, H, len, Dh),"
-                             f" got {getattr(t, 'shape', type(t).__name__)}")
-        if not t.is_floating_point() or t.dtype != q.dtype:
-            raise ValueError(f"{name}: expected floating dtype {q.dtype} "
-                             f"(the dtype of q), got {t.dtype}")
-    B, H, T, Dh = q.shape
-    S = k.shape[2]
-    if k.shape != (B, H, S, Dh):
-        raise ValueError(f"k: expected shape (B, H, S, Dh) = "
-                         f"({B}, {H}, S, {Dh}), got {tuple(k.shape)}")
-    if v.shape[:3] != (B, H, S):
-        raise ValueError(f"v: expected shape ({B}, {H}, {S}, Dv) to match "
-                         f"k, got {tuple(v.shape)}")
+    check_qkv(q, k, v, None)  # the shapes and dtypes, as attention's
     if not isinstance(causal, bool):
         raise ValueError(f"causal: expected a bool, got {causal!r}")
     if not (isinstance(block_size, int) and not isinstance(block_size, bool)
@@ -69,7 +58,7 @@ def _tiles(T: int, S: int, block: int, causal: bool, window):
         yield a, b, [(c, min(c + block, S)) for c in range(start, hi, block)]
 
 
-def _tile_mask(a: int, b: int, c: int, d: int, offset: int, causal: bool,
+def tile_mask(a: int, b: int, c: int, d: int, offset: int, causal: bool,
                window, device) -> torch.Tensor | None:
     """Bool (b - a, d - c) mask of one tile, True = may attend, or None
     when every entry is visible (most tiles). Move 4."""
@@ -103,7 +92,7 @@ def _tiled_forward(q, k, v, scale: float, block: int, causal: bool, window):
         acc = q.new_zeros(B, H, b - a, Dv)  # running unnormalised output
         for c, d in keys:
             s = qb @ k[:, :, c:d].transpose(-2, -1)  # (B, H, bq, bk)
-            mask = _tile_mask(a, b, c, d, S - T, causal, window, q.device)
+            mask = tile_mask(a, b, c, d, S - T, causal, window, q.device)
             if mask is not None:
                 s = s.masked_fill(~mask, float("-inf"))
             m_new = torch.maximum(m, s.amax(-1, keepdim=True))  # (.., 1)
@@ -137,7 +126,7 @@ def _tiled_backward(q, k, v, out, lse, dout, scale: float, block: int,
         for c, d in keys:
             kb, vb = k[:, :, c:d], v[:, :, c:d]  # (B, H, bk, Dh), (.., Dv)
             s = (qb @ kb.transpose(-2, -1)) * scale  # (B, H, bq, bk)
-            mask = _tile_mask(a, b, c, d, S - T, causal, window, q.device)
+            mask = tile_mask(a, b, c, d, S - T, causal, window, q.device)
             if mask is not None:
                 s = s.masked_fill(~mask, float("-inf"))
             p = torch.exp(s - lse_use[:, :, a:b])  # (B, H, bq, bk), A

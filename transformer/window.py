@@ -11,7 +11,7 @@ __all__ = [
 
 import torch
 
-from transformer.tiled import _tile_mask
+from transformer.tiled import tile_mask
 
 
 def visible_keys(T: int, S: int, window: int) -> torch.Tensor:
@@ -23,7 +23,7 @@ def visible_keys(T: int, S: int, window: int) -> torch.Tensor:
                 or value < 1:
             raise ValueError(f"{name}: expected a positive int, "
                              f"got {value!r}")
-    mask = _tile_mask(0, T, 0, S, S - T, True, window, "cpu")  # (T, S)
+    mask = tile_mask(0, T, 0, S, S - T, True, window, "cpu")  # (T, S)
     return mask.sum(1)
 
 
