@@ -169,8 +169,6 @@ ALLOW = [  # settings, thresholds and definitions the report states
      "GPT-2's initialisation, a definition"),
     ('At twice the trained length every arm',
      '2T, the setting E4 measures at'),
-    ("embeddings' scale of 0.02 away",
-     "GPT-2's initialisation standard deviation, a definition"),
     ('The ten correctness properties',
      'the count of properties the brief defines, each a test'),
     ('$128 \\times 128$ matrix product',
@@ -245,10 +243,14 @@ ALLOW = [  # settings, thresholds and definitions the report states
      'a declared setting of a model, budget or task, not a measurement'),
     ('ations.pr_e11_cached) times a 32-token',
      'a declared setting of a model, budget or task, not a measurement'),
-    ('over 4,096 slots. Measured (E15, associa',
+    ('over 4,096 slots. Measured (E15b: multi-',
      'a declared setting of a model, budget or task, not a measurement'),
-    ('ual size), the answer is only half in: a window MLP is perfect',
-     'a declared setting in words (budget, arms, depth), not a measurement'),
+    ('the size ladder over $T$ = 32 to 256',
+     "E15b's declared sequence lengths, a setting"),
+    ('DeepNorm at depths 2 to 16',
+     "E19's declared depths, a setting"),
+    ('when the 400 steps ended',
+     "E6's declared budget, a setting"),
     ('for a batch of 64 (E12 measures the bytes, sect',
      'a declared setting of a model, budget or task, not a measurement'),
     ('(1,024-token BPE, 2026-11-30)',
@@ -587,15 +589,9 @@ CLAIMS = [
         for a in ("none", "rope", "sinusoidal-matched"))),
     ("The predicted ordering held for the matched table",
      "one part of E4's ordering, whose whole is linked as failed"),
-    ("Post-norm fell behind at every depth", lambda root: all(
-        _mean(_arms(root, "E6")[(d, "post")], "val_loss")
-        > _mean(_arms(root, "E6")[(d, "pre")], "val_loss")
-        for d in (2, 4, 8, 16))),
-    ("At depths 2 and 4 it learned but trailed", lambda root: all(
+    ("Post-norm trailed at depths 2\nand 4", lambda root: all(
         _mean(_arms(root, "E6")[(d, "post")], "val_loss")
         > _mean(_arms(root, "E6")[(d, "pre")], "val_loss") for d in (2, 4))),
-    ("while pre-norm cleared the\nbar at every depth", lambda root: not any(
-        v == "pre" for _, v in _below_bar(root, "E6"))),
     ("and sixteen are\nworse by", lambda root: (
         float(_book(root, "15_ablations.e2_vs_best_16_m")) > 0)),
     ("A failure test that failed, and its repair",
@@ -616,6 +612,7 @@ CLAIMS = [
 
 # A key part and the words that name it in prose, where they differ.
 KEY_WORDS = {"held": ("held", "predict"), "fals": ("falsifier",),
+             "attn": ("attention", "attn"),
              "fired": ("falsifier", "fired"), "close": ("close", "within")}
 
 
@@ -1034,7 +1031,7 @@ REVERSALS = [  # the audit's planted reversals of unlinked claims
     ("so both planted bugs are caught for every seed",
      "so neither planted bug is caught for any seed"),
     ("and sixteen are\nworse by", "and sixteen are\nbetter by"),
-    ("Post-norm fell behind at every depth", "Post-norm kept up at every depth"),
+    ("Post-norm trailed at depths 2\nand 4", "Post-norm beat at depths 2\nand 4"),
     ("The control cleared the bigram bar", "The control missed the bigram bar"),
 ]
 
