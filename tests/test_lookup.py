@@ -1,5 +1,6 @@
 """E15b's multi-query recall task, its arms, its gate and its diagnostics
 (chapter "Ablations", section "E15b")."""
+import json
 import math
 
 import pytest
@@ -222,3 +223,38 @@ def test_a_killed_run_resumes_bit_identically(tmp_path):
                      1e-3, seed=7, warmup_steps=1, checkpoint_path=path,
                      checkpoint_interval=3)
     assert h["resumed_from"] in (3, 4) and h["train_loss"] == full
+
+
+def test_the_ladder_runs_smallest_first_and_stops_at_the_first_pass(
+        tmp_path, monkeypatch):
+    """Amendment 1's rule in tools/run_lookup.py: a (phase, family, T)
+    rung list is cut after the first rung whose record passes, so its
+    first passing rung is exactly the smallest that passes; attention
+    passes only if the far queries pass too."""
+    import run_lookup  # tools/, on sys.path through the root conftest
+
+    monkeypatch.setattr(run_lookup, "OUT", tmp_path)
+    monkeypatch.setattr(run_lookup, "select", lambda: {
+        "attn": {"lr": 1e-2, "init": "gpt2", "steps": 4000},
+        "mlp": {"lr": 1e-2}})
+    jobs = run_lookup._ladder("ladder_h2", 64)
+    assert [j["size"]["n_embd"] for j in jobs] == [8, 16, 32, 64]
+
+    def land(job, acc, far):
+        (tmp_path / job["phase"]).mkdir(exist_ok=True)
+        rec = {**job, "final": {"acc": acc, "acc_far": far}}
+        (tmp_path / job["phase"] / f"{job['name']}.json").write_text(
+            json.dumps(rec))
+        return rec
+    assert not run_lookup.passes(land(jobs[0], 0.99, 0.90))  # far misses
+    assert run_lookup.passes(land(jobs[1], 0.96, None))  # no far queries
+    cut = run_lookup._ladder("ladder_h2", 64)
+    assert [j["size"]["n_embd"] for j in cut] == [8, 16]
+    # the MLP family of the declared ladder is cut on its own records
+    mlp = [j for j in run_lookup._ladder("ladder", 64) if j["arm"] == "mlp"]
+    assert [j["size"]["hidden"] for j in mlp] == [32, 64, 128, 256, 512]
+    land(mlp[0], 0.97, None)
+    mlp = [j for j in run_lookup._ladder("ladder", 64) if j["arm"] == "mlp"]
+    assert [j["size"]["hidden"] for j in mlp] == [32]
+    order = run_lookup.ladders_jobs()
+    assert order[0]["task"]["seq_len"] == 32 and order[0]["arm"] == "mlp"
