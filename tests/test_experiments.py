@@ -312,7 +312,8 @@ def test_a_record_reproduces_its_first_logged_losses(exp):
     back (bit-identical on the machine that wrote them; 1e-4 across
     machines, whose kernels round differently)."""
     stratum, value, seed = exp.points()[0]
-    (rec,) = [r for r in _committed(exp.id) if r["stratum"] == stratum
+    (rec,) = [r for r in _committed(exp.id)
+              if _hashable(r["stratum"]) == stratum
               and r["value"] == value and r["seed"] == seed]
     mc = GPTConfig(**rec["model_config"])
     run = {k: v for k, v in rec["run_config"].items()
