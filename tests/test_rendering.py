@@ -140,3 +140,14 @@ def test_no_glued_text_carries_latex():
     over = {n for n in names if glued_text_with_dollar(n)}
     assert over <= GLUED_DOLLAR_PENDING, sorted(over - GLUED_DOLLAR_PENDING)
     assert GLUED_DOLLAR_PENDING <= over, "fixed: shrink GLUED_DOLLAR_PENDING"
+
+
+def test_every_figure_is_referenced_from_its_chapters_prose():
+    """A reader meets each numbered figure from the text that explains
+    it: every caption's name appears as {numref}`name` in its chapter."""
+    missing = [(chapter, name)
+               for chapter, entries in figure_captions.CAPTIONS.items()
+               for _, name, _ in entries
+               if f"{{numref}}`{name}`" not in
+               (Paths.CHAPTERS / f"{chapter}.md").read_text()]
+    assert not missing, missing
