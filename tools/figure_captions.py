@@ -52,6 +52,14 @@ CAPTIONS: dict[str, list[tuple[str, str, str]]] = {
          "first dimensions turn fast, the last ones slowly."),
     ],
     "06_gpt": [
+        ("from matplotlib.patches import FancyBboxPatch",
+         "fig-norm-placements",
+         "Where the normalisation sits, one sub-layer (F is attention or the "
+         "feed-forward layer). Pre-norm normalises only the branch's input, "
+         "so the residual path from x upwards is an identity; post-norm "
+         "normalises the sum, so every block rescales the stream; DeepNorm "
+         "is post-norm with the residual weighted by alpha = (2L)^(1/4) and "
+         "the branch's weights initialised smaller by beta."),
         ('res = json.loads(Path("../results/norm_gradients/grad_norms.json")',
          "fig-norm-gradients",
          "Gradient norm of each block's weights at initialisation, pre-norm "
