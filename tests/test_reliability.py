@@ -557,6 +557,12 @@ def test_M_conc_new_two_real_runs(env, tmp_path):
         assert "is in use by another run" in second.stderr
         assert "Traceback" not in second.stderr
     finally:
+        # on a loaded host the first run may not have finished a step yet:
+        # wait for its first checkpoint before interrupting it
+        deadline = time.monotonic() + 300
+        while (not path.exists() and first.poll() is None
+               and time.monotonic() < deadline):
+            time.sleep(0.05)
         first.send_signal(signal.SIGINT)
         first.communicate(timeout=300)
     ckpt = load_checkpoint(path)
