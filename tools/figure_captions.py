@@ -40,6 +40,12 @@ CAPTIONS: dict[str, list[tuple[str, str, str]]] = {
          "corpus; each doubling of the vocabulary buys less."),
     ],
     "04_attention": [
+        ("fig, axes = plt.subplots(1, 2, figsize=(8, 3.6))", "fig-mask-order",
+         "The causal mask, before and after the softmax, for one head: the "
+         "attention weights of each query (rows) over the keys (columns). "
+         "Masked before, every row sums to one over the keys it may see; "
+         "masked after, the same triangle with smaller row sums (printed at "
+         "the right), because the future keys stayed in the denominator."),
         ("widths = [4, 16, 64, 256, 1024, 4096]", "fig-score-saturation",
          "Why the scores are scaled. Mean row entropy (left) and the share "
          "of softmax rows that pass essentially no gradient (right) against "
@@ -47,6 +53,12 @@ CAPTIONS: dict[str, list[tuple[str, str, str]]] = {
          "of the width."),
     ],
     "05_positions": [
+        ("import math as _m", "fig-rope-rotation",
+         "RoPE in one plane: a query and a key rotated by t*omega and "
+         "t'*omega (omega = 0.5). Three pairs with the same offset t - t' = 1 "
+         "have the same angle between them, so the same dot product (printed "
+         "at each query): the score sees the offset, never the absolute "
+         "position."),
         ("P64 = sinusoidal_encoding(100, 64)  # (T, D)", "fig-sinusoidal",
          "The sinusoidal encoding of 100 positions in 64 dimensions: the "
          "first dimensions turn fast, the last ones slowly."),
