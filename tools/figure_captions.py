@@ -130,6 +130,12 @@ CAPTIONS: dict[str, list[tuple[str, str, str]]] = {
          "time it passes half long before it does in FLOPs."),
     ],
     "11_sampling": [
+        ("from matplotlib.patches import FancyBboxPatch as _Box",
+         "fig-decode-loop",
+         "The decode loop: the model maps the tokens so far to logits for the "
+         "next one, a decoding rule chooses one token, and it is appended and "
+         "fed back. Greedy, temperature, top-k and top-p differ only in the "
+         "choosing box."),
         ("import matplotlib.pyplot as plt\n\nfig, axes = plt.subplots(1, 5",
          "fig-truncations",
          "The worked example's distribution p and the four rules applied to "
