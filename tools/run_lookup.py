@@ -131,7 +131,7 @@ def passes(rec, bar=0.95):
     return min(f["acc"], 1.0 if far is None else far) >= bar
 
 
-def _rungs(phase, arm, T, sizes, make):
+def _rungs(phase, sizes, make):
     """One (phase, family, T) rung list, smallest first, cut after the
     first rung whose record passes (amendment 1: every smaller rung ran
     and missed, so the cut one is exactly 'the smallest that passes')."""
@@ -152,13 +152,13 @@ def _ladder(phase, T):
     a, lr_m = s["attn"], s["mlp"]["lr"]
     task = {**LOOKUP_TASK, "seq_len": T}
     if phase == "ladder_h2":
-        return _rungs(phase, "attn", T, LADDER_ATTN_D, lambda D: _job(
+        return _rungs(phase, LADDER_ATTN_D, lambda D: _job(
             phase, "attn", 0, a["lr"], a["init"], a["steps"], task,
             n_embd=D, n_head=2))
-    mlp = _rungs(phase, "mlp", T, LADDER_MLP_HIDDEN, lambda h: _job(
+    mlp = _rungs(phase, LADDER_MLP_HIDDEN, lambda h: _job(
         phase, "mlp", 0, lr_m, steps=a["steps"], task=task, window=T,
         n_embd=MLP_EMBD, hidden=h))
-    attn = _rungs(phase, "attn", T, LADDER_ATTN_D, lambda D: _job(
+    attn = _rungs(phase, LADDER_ATTN_D, lambda D: _job(
         phase, "attn", 0, a["lr"], a["init"], a["steps"], task, n_embd=D,
         n_head=1))
     return mlp + attn
