@@ -457,20 +457,37 @@ def test_decode_copy_follows_edits_through_data(edit):
 # run itself observed; the committed run's GPT-2 small points then miss the
 # 1.5 target that the median-rate line (11.1 GB/s) said was met.
 def test_roofline_verdict_uses_the_peak():
+    """D1: the floor divides by the peak read rate (the largest rate the
+    run, or the tool on the same kind of CPU, measured), never by the
+    median; the verdict follows from the p50 intervals over that floor.
+    On the record D1 was found on (Intel, 11.1 GB/s median) the median
+    line said 'met' and the peak one 'not met'."""
     roof = json.loads((ROOT / "results/kv_cache/decode_roofline.json")
                       .read_text())
-    largest = max(x for b in roof["bandwidth"]
-                  for v in b["samples"].values() for x in v)  # GB/s
+    tool = json.loads((ROOT / "results/kv_cache/read_peak.json")
+                      .read_text())
+    largest = max([x for b in roof["bandwidth"]
+                   for v in b["samples"].values() for x in v]
+                  + [r["GB_s"] for r in roof["peak"]])  # GB/s
+    if tool["environment"]["cpu_model"] == roof["environment"]["cpu_model"]:
+        largest = max(largest, tool["peak"]["GB_s"])
     median = roof["bandwidth_run"]["GB_s"]
-    assert largest > 1.4 * median  # the median is far from a ceiling
+    assert largest > 1.1 * median  # the median is not a ceiling
+    numbers = json.loads((ROOT / "results/report/book_numbers.json")
+                         .read_text())["12_kv_cache"]
+    peak = float(numbers["roof_peak"])
+    assert peak >= round(largest, 1) and peak > median
+    highs, lows = [], []
     for p in roof["points"]:
         if p["shape"] != "gpt2_small":
             continue
-        floor = p["bytes"]["total"] / (largest * 1e9)  # s
-        assert p["ours"]["summary"]["p50_ci"][0] / floor > 1.5
-        assert p["ours"]["ratio_over_floor"][0] < 1.25  # the median line
-    numbers = json.loads((ROOT / "results/report/book_numbers.json")
-                         .read_text())["12_kv_cache"]
-    assert float(numbers["roof_peak"]) >= round(largest, 1)
-    assert numbers["roof_target"] == "not met"
-    assert numbers["roof_median_target"] == "met"
+        floor = p["bytes"]["total"] / (peak * 1e9)  # s
+        lo, hi = p["ours"]["summary"]["p50_ci"]
+        assert lo / floor > 1  # a floor is not beaten
+        lows.append(lo / floor)
+        highs.append(hi / floor)
+        assert f"{p['ours']['summary']['p50'] / floor:.2f}" == numbers[
+            f"roof_peak_ours_{p['S']}_p50"]
+    want = "met" if max(highs) <= 1.5 else (
+        "not met" if max(lows) > 1.5 else None)
+    assert numbers["roof_target"] == want

@@ -13,8 +13,8 @@ import torch
 from transformer.baseline import token_stream
 from transformer.ablations import EXPERIMENTS
 from transformer.experiments import (RECIPE, Experiment, Probe, config_hash,
-                                     run_experiment, summary_rows,
-                                     summary_table)
+                                     losses_digest, run_experiment,
+                                     summary_rows, summary_table)
 from transformer.cli import main as cli
 from transformer.model import GPT, GPTConfig
 from transformer.training import TrainConfig, init_model, train
@@ -215,11 +215,39 @@ def _committed(exp_id):
             for p in sorted((ROOT / exp_id).glob("*.json"))]
 
 
-def _one_clean_revision(exp_id, recs):
+def _bridges(exp_id):
+    return [json.loads(p.read_text()) for p in
+            sorted((ROOT / exp_id / "bridges").glob("*.json"))]
+
+
+def _one_clean_revision(exp_id, recs, bridges=()):
+    """All records of a table from one clean commit, or from clean commits
+    joined by bridges (chapter 15, "Grids that outlive a commit"): a
+    bridge counts only if it names a record of its `from` commit whose own
+    curves have the digest the rerun at `to` had."""
     commits = {r["git_commit"] for r in recs}
-    assert len(commits) == 1, f"{exp_id} mixes revisions: {commits}"
-    (commit,) = commits
-    assert re.fullmatch(r"[0-9a-f]{40}", commit), commit  # not +dirty
+    for commit in commits:
+        assert re.fullmatch(r"[0-9a-f]{40}", commit), commit  # not +dirty
+    by_name = {_run_name_of(exp_id, r): r for r in recs}
+    links = {c: {c} for c in commits}
+    for b in bridges:
+        rec = by_name.get(b["record"])
+        if (b["identical"] and rec is not None
+                and rec["git_commit"] == b["from"]
+                and losses_digest(rec) == b["digest"]
+                and re.fullmatch(r"[0-9a-f]{40}", b["to"])):
+            joined = links.get(b["from"], {b["from"]}) | links.get(
+                b["to"], {b["to"]})
+            for c in joined:
+                links[c] = joined
+    first = next(iter(commits))
+    assert commits <= links[first], f"{exp_id} mixes revisions: {commits}"
+
+
+def _run_name_of(exp_id, rec):
+    from transformer.experiments import _run_name
+    return _run_name(EXPERIMENTS[exp_id], _hashable(rec["stratum"]),
+                     rec["value"], rec["seed"])
 
 
 # TrainConfig fields that existed when some records were made and are gone
@@ -255,7 +283,7 @@ def test_committed_records_complete_and_from_one_revision(exp):
         assert have <= set(exp.points()) and have, exp.id
     else:
         assert have == set(exp.points())
-    _one_clean_revision(exp.id, recs)
+    _one_clean_revision(exp.id, recs, _bridges(exp.id))
     for r in recs:
         mc, rc = exp.configs(r["stratum"], r["value"], r["seed"])
         # fields added to GPTConfig after a record was written read as
@@ -291,13 +319,58 @@ def test_committed_chapter_probes(pid):
 
 
 def test_a_planted_mixed_revision_is_caught(tmp_path):
-    """The one-revision check above fails on a table that mixes two."""
+    """The one-revision check above fails on a table that mixes two, and
+    on one whose bridge does not hold; a true bridge joins them."""
     recs = _committed("E8")
     _one_clean_revision("E8", recs)
-    for planted in ("0" * 40, recs[0]["git_commit"] + "+dirty"):
-        mixed = [{**recs[0], "git_commit": planted}, *recs[1:]]
+    with pytest.raises(AssertionError, match=r"\+dirty"):
+        _one_clean_revision("E8", [{**recs[0], "git_commit": recs[0][
+            "git_commit"] + "+dirty"}, *recs[1:]])
+    old, new = recs[0]["git_commit"], "0" * 40
+    mixed = [*recs[:-1], {**recs[-1], "git_commit": new}]
+    with pytest.raises(AssertionError, match="mixes revisions"):
+        _one_clean_revision("E8", mixed)
+    bridge = {"from": old, "to": new, "record": _run_name_of("E8", recs[0]),
+              "digest": losses_digest(recs[0]), "identical": True}
+    _one_clean_revision("E8", mixed, [bridge])  # joined
+    for bad in ({"identical": False}, {"digest": "0" * 64},
+                {"from": new}, {"record": _run_name_of("E8", recs[1])},
+                {"to": new[:7]}):
         with pytest.raises(AssertionError, match="mixes revisions"):
-            _one_clean_revision("E8", mixed)
+            _one_clean_revision("E8", mixed, [{**bridge, **bad}])
+
+
+def test_a_bridge_reruns_a_record_and_says_whether_it_held(tmp_path,
+                                                           monkeypatch):
+    """bridge_record reruns a record with this code: bit-identical curves
+    give a bridge that holds (and that the revision check accepts); a
+    record whose curve differs by one value gives one that does not; the
+    code must be clean and the name a record of the grid."""
+    import transformer.experiments as ex
+    torch.set_num_threads(1)
+    exp = EXPERIMENTS["E4"].smoke()
+    monkeypatch.setattr(ex, "CODE_COMMIT", "a" * 40)
+    recs = ex.run_experiment(exp, tmp_path, log=lambda *a: None,
+                             data=token_stream(exp.vocab_size))
+    name = ex._run_name(exp, *exp.points()[0])
+    monkeypatch.setattr(ex, "CODE_COMMIT", "b" * 40)
+    good = ex.bridge_record(exp, name, tmp_path, log=lambda *a: None)
+    assert good["identical"] and good["from"] == "a" * 40
+    path = tmp_path / "smoke" / exp.id / name
+    assert good["digest"] == losses_digest(json.loads(path.read_text()))
+    assert len(recs) == len(exp.points())
+    assert (tmp_path / "smoke" / exp.id / "bridges"
+            / "aaaaaaa-bbbbbbb.json").exists()
+    tampered = json.loads(path.read_text())
+    tampered["train_loss"][-1] += 1e-6
+    path.write_text(json.dumps(tampered))
+    assert not ex.bridge_record(exp, name, tmp_path,
+                                log=lambda *a: None)["identical"]
+    with pytest.raises(ValueError, match="name: expected a record file"):
+        ex.bridge_record(exp, "nothing.json", tmp_path)
+    monkeypatch.setattr(ex, "CODE_COMMIT", "a" * 7 + "+dirty")
+    with pytest.raises(ValueError, match="clean committed code"):
+        ex.bridge_record(exp, name, tmp_path)
 
 
 class _Stop(Exception):

@@ -34,8 +34,9 @@ sys.path.insert(0, str(ROOT))
 import oracles  # noqa: E402  (tools/, this script's folder)
 from bench_kv_cache import lockstep, prefill  # noqa: E402  (one loop)
 from transformer.bench import (environment, latency_summary,  # noqa: E402
-                               quantile, ratio_of_medians_ci,
-                               read_bandwidth, write_json)
+                               peak_read_bandwidth, quantile,
+                               ratio_of_medians_ci, read_bandwidth,
+                               write_json)
 from transformer.kv_cache import decode_bytes  # noqa: E402
 from transformer.model import GPT, GPTConfig  # noqa: E402
 from transformer.training import PRESETS  # noqa: E402
@@ -130,6 +131,11 @@ def main(argv=None) -> int:
               "floor": "eq-decode-floor at the point's middle position, "
                        "fastest reader's bandwidth samples of the run",
               "environment": environment(), "bandwidth": [], "points": []}
+    peak_trials = 3 if args.quick else 20
+    # the peak sustained read rate on this host in this process, at the
+    # start and at the end (four readers, best trial): the floor's rate
+    record["peak"] = [peak_read_bandwidth(nbytes=bw_bytes,
+                                          trials=peak_trials)]
     record["bandwidth"].append(bandwidth(t_start, bw_bytes, bw_repeat))
     for name, shape in SHAPES.items():
         cfg = GPTConfig(block_size=BLOCK, **shape)
@@ -178,6 +184,8 @@ def main(argv=None) -> int:
         write_json(record, out_path)  # after every shape: partial runs
         del hf, ours
     record["bandwidth"].append(bandwidth(t_start, bw_bytes, bw_repeat))
+    record["peak"].append(peak_read_bandwidth(nbytes=bw_bytes,
+                                              trials=peak_trials))
     # the floor: the fastest reader over the whole run, all its samples
     pooled = {k: [x for b in record["bandwidth"] for x in b["samples"][k]]
               for k in record["bandwidth"][0]["samples"]}

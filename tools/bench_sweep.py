@@ -45,12 +45,14 @@ from torch.utils._python_dispatch import TorchDispatchMode
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from transformer import experiments as ex  # noqa: E402
+from transformer import ablations as ex  # noqa: E402
 from transformer.baseline import token_stream  # noqa: E402
 from transformer.bench import (environment, ratio_of_medians_ci,  # noqa
                                write_json)
 from transformer.cost_model import forward_flops  # noqa: E402
 from transformer.model import GPTConfig  # noqa: E402
+from transformer.recall import (RECALL_MODEL, RECALL_RUN,  # noqa: E402
+                               RECALL_TASK)
 from transformer.sweep import StackedAdamW, StackedGPT, clip_per_model  # noqa
 from transformer.sweep import train_many  # noqa: E402
 from transformer.training import TrainConfig, init_model, train  # noqa
@@ -65,9 +67,9 @@ def shapes() -> dict:
     e6 = ex.EXPERIMENTS["E6"]
     mc, cfg = e6.configs(max(e6.strata), "pre", 0)
     out["deep"] = (mc, cfg, len(e6.seeds), 3)
-    task, run = ex.RECALL_TASK, ex.RECALL_RUN
+    task, run = RECALL_TASK, RECALL_RUN
     mc = GPTConfig(vocab_size=task["n_keys"] + task["n_values"],
-                   block_size=2 * task["n_pairs"], **ex.RECALL_MODEL)
+                   block_size=2 * task["n_pairs"], **RECALL_MODEL)
     cfg = TrainConfig(steps=run["steps"], batch_size=run["batch_size"],
                       lr=run["lr"], min_lr=run["lr"] / 10,
                       warmup_steps=run["warmup_steps"],

@@ -470,6 +470,7 @@ TABLE.update({
         ('§Declaring an experiment', HI),
         ('§The runner', HI),
         ('§Summaries and the command line', HI),
+        ('§Grids that outlive a commit', HI),
         ('§The declarations', HI),
         ('§Probes: E10 to E13 through the same runner', HI),
         ('§Checks: a smoke run, live', HI),

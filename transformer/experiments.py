@@ -20,6 +20,9 @@ __all__ = [
     "summary_rows",
     "summary_table",
     "describe_points",
+    "losses_digest",
+    "bridges_dir",
+    "bridge_record",
     "judge",
     "all_of",
     "fired",
@@ -49,6 +52,11 @@ from transformer.training import (TrainConfig, evaluate, heldout_losses,
 
 EVAL_SEED = 1234  # every run is scored on the same held-out windows
 BYTES = 257  # byte-level: the 256 bytes and <|endoftext|>, no merges
+# the commit of the code this process runs, read once, when the runner is
+# imported: a record written hours later in a long grid still names the
+# code the process loaded, even if a commit lands in between (section
+# "Grids that outlive a commit")
+CODE_COMMIT = git_commit()
 
 
 # The recipe every run of every experiment shares, on top of TrainConfig's
@@ -249,7 +257,7 @@ def _new_record(exp: Experiment, stratum, value, seed: int, mc, cfg,
     machine, both configurations, the references and the model's size."""
     return {"experiment": exp.id, "variable": exp.variable, "value": value,
             "stratum_name": exp.stratum, "stratum": stratum, "seed": seed,
-            "git_commit": git_commit() or "unknown", "smoke": exp.is_smoke,
+            "git_commit": CODE_COMMIT or "unknown", "smoke": exp.is_smoke,
             "config_hash": config_hash(mc, cfg),
             "reference": {k: reference[k] for k in ("unigram", "bigram",
                                                     "alpha")},
@@ -567,6 +575,58 @@ def describe_points(exp) -> str:
     return "\n".join(lines)
 
 
+def losses_digest(rec: dict) -> str:
+    """sha256 of a record's curves (train_loss, grad_norm, val_steps,
+    val_loss) as JSON: two runs with one digest trained bit-identically.
+    Section "Grids that outlive a commit"."""
+    curves = {k: rec[k] for k in ("train_loss", "grad_norm", "val_steps",
+                                  "val_loss")}
+    return hashlib.sha256(json.dumps(curves).encode()).hexdigest()
+
+
+def bridges_dir(exp_id: str, root: Path | None = None,
+                smoke: bool = False) -> Path:
+    """records_dir(exp_id, root, smoke)/bridges/: one JSON per bridge."""
+    return records_dir(exp_id, root, smoke) / "bridges"
+
+
+def bridge_record(exp: Experiment, name: str, root: Path | None = None,
+                  log=print) -> dict:
+    """Rerun the committed record `name` (a file under records_dir) of
+    `exp` with the code of this process (CODE_COMMIT, clean) and write a
+    bridge from the record's commit to this one when the curves are
+    bit-identical: {"from", "to", "record", "digest", "identical"}; the
+    bridge is written either way, so a failed reproduction is on record.
+    Section "Grids that outlive a commit"."""
+    path = records_dir(exp.id, root, exp.is_smoke) / name
+    rec = _read_record(path)
+    if rec is None or rec.get("experiment") != exp.id:
+        raise ValueError(f"name: expected a record file of {exp.id} under "
+                         f"{path.parent}, got {name!r}")
+    if not CODE_COMMIT or not re.fullmatch(r"[0-9a-f]{40}", CODE_COMMIT):
+        raise ValueError(f"a bridge needs clean committed code, and "
+                         f"transformer/ is at {CODE_COMMIT!r}")
+    stratum = rec["stratum"]
+    stratum = tuple(stratum) if isinstance(stratum, list) else stratum
+    V = exp.configs(stratum, rec["value"])[0].vocab_size
+    stream = token_stream(V)
+    rerun = run_point(exp, stratum, rec["value"], rec["seed"], stream,
+                      reference=baseline_losses(*stream[1:], V))
+    out = {"experiment": exp.id, "from": rec["git_commit"],
+           "to": CODE_COMMIT, "record": name,
+           "digest": losses_digest(rerun),
+           "identical": losses_digest(rerun) == losses_digest(rec),
+           "final_val_loss": [rec["final"]["val_loss"],
+                              rerun["final"]["val_loss"]],
+           "machine": environment()}
+    write_json(out, bridges_dir(exp.id, root, exp.is_smoke)
+               / f"{rec['git_commit'][:7]}-{CODE_COMMIT[:7]}.json")
+    verdict = "bit-identical" if out["identical"] else "DIFFERS"
+    log(f"{exp.id} {name}: {verdict} at {CODE_COMMIT[:7]} (recorded at "
+        f"{rec['git_commit'][:7]})")
+    return out
+
+
 CLAIMS = ("below", "above", "within", "not_below", "not_above")
 
 
@@ -647,6 +707,6 @@ def run_probe(probe, seed: int) -> dict:
     final.setdefault("diverged", False)
     return {"experiment": probe.id, "variable": "probe", "value": "-",
             "stratum": None, "seed": seed,
-            "git_commit": git_commit() or "unknown", "smoke": probe.is_smoke,
+            "git_commit": CODE_COMMIT or "unknown", "smoke": probe.is_smoke,
             "machine": environment(), "final": final,
             **raw, "wall_s_total": time.perf_counter() - t0}
