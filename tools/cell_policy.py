@@ -466,22 +466,13 @@ TABLE.update({
         ('def verdicts():', HI),
     ],
     '15_ablations': [
-        # infrastructure: folded here until it moves to an appendix
-        ('§Declaring an experiment', HI),
-        ('§The runner', HI),
-        ('§Summaries and the command line', HI),
-        ('§Grids that outlive a commit', HI),
+        ('from transformer.experiments import *', RC),
         ('§The declarations', HI),
         ('§Probes: E10 to E13 through the same runner', HI),
-        ('§Checks: a smoke run, live', HI),
-        ('§Verdicts from paired intervals', HI),
         ('§Probe E15: associative recall, attention against a fixed-window '
          'MLP', HI),
         ("§Probes E16 to E18: the chapters' own measurements", HI),
-
-        ('def _check_experiment(exp) -> None:', HI),
-        ('from transformer.experiments import all_of, judge', HI),
-        ('rec = json.loads(files[0].read_text())', HI),
+        ('§Reading the records', HI),
         ('ft = ROOT / "failure_tests"', HI),
         ('all_recs = [r for i in EXPERIMENTS for r in load_runs(i, ROOT)]',
          HI),
@@ -493,6 +484,17 @@ TABLE.update({
     ],
     '90_measuring': [
         ('import json', HI),
+    ],
+    '92_runner': [
+        # the runner, moved from chapter 15 with its folding: the prose
+        # says what each piece does, the code is one click away
+        ('§Declaring an experiment', HI),
+        ('§The runner', HI),
+        ('§Summaries and the command line', HI),
+        ('§Grids that outlive a commit', HI),
+        ('§Verdicts from paired intervals', HI),
+        ('§Probes', HI),
+        ('§Checks: a smoke run, live', HI),
     ],
     '95_cli': [
         ('code, out, err = run("eval", "--checkpoint", "sonnets.pt", "--data",',

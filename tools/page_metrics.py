@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
                                          "page_metrics.json"))
     ap.add_argument("--label", default="", help="what build this is")
     args = ap.parse_args(argv)
-    html = Path(args.html)
+    html = Path(args.html).resolve()
     if not (html / "book").is_dir():
         print(f"page_metrics: no built book under {html}", file=sys.stderr)
         return 2
