@@ -107,6 +107,10 @@ SCRIPT = r"""
         function (e) { return /^sec-e\d+$/.test(e.id); });
     m.first_experiment_px = firstExp ? Math.round(
         firstExp.getBoundingClientRect().top + window.scrollY) : -1;
+    // where each section starts: [title, px] of every h2, in page order
+    m.sections = Array.from(art.querySelectorAll('h2')).map(function (h) {
+      return [h.innerText.replace(/#$/, '').trim(), Math.round(
+          h.getBoundingClientRect().top + window.scrollY)]; });
     const pre = document.createElement('div');
     pre.id = 'page-metrics-json';
     pre.textContent = JSON.stringify(m);
@@ -184,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(ROOT / "results" / "report" /
                                          "page_metrics.json"))
     ap.add_argument("--label", default="", help="what build this is")
+    ap.add_argument("--only", nargs="*", default=None,
+                    help="measure only these pages (stems), print sections")
     args = ap.parse_args(argv)
     html = Path(args.html).resolve()
     if not (html / "book").is_dir():
@@ -192,7 +198,12 @@ def main(argv: list[str] | None = None) -> int:
     exe = browser()
     per = {}
     for page in pages(html):
+        if args.only is not None and page.stem not in args.only:
+            continue
         per[page.stem] = measure_page(page, exe)
+        if args.only is not None:
+            for title, px in per[page.stem]["sections"]:
+                print(f"    {px:>8,} px  {title}")
         print(f"{page.stem:20s} {per[page.stem]['height_px']:>8,} px "
               f"{per[page.stem]['code_lines_shown']:>6} code lines")
     numbered = [n for n in per if re.fullmatch(r"(0[1-9]|1[0-6])_.*", n)]
