@@ -592,6 +592,9 @@ TABLE.update({
         ('code, out, err = run("eval", "--checkpoint", "sonnets.pt", "--data",',
          HI),
     ],
+    '20_speculative': [
+        ('for arm in ("gpt", "bigram"):', RC),
+    ],
 })
 # END TABLE
 
