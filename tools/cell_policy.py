@@ -417,6 +417,7 @@ TABLE.update({
         ('import json', HI),
     ],
     '04_attention': [
+        ('import matplotlib.pyplot as plt\nfrom matplotlib.patches import Rectangle', RI),
         ('def check_qkv(q, k, v, mask):', HI),
         ('S, n_rows = 64, 256', HI),
     ],
@@ -492,6 +493,7 @@ TABLE.update({
         ('def _check_beam_search(model, idx, max_new_tokens, beam_width,', HI),
     ],
     '12_kv_cache': [
+        ('import matplotlib.pyplot as plt\nfrom matplotlib.patches import Patch', RI),
         ('peak_rec = json.loads(Path("../results/kv_cache/read_peak.json").read_text())', HI),
         ('from transformers import GPT2Config, GPT2LMHeadModel', HI),
         ('def p50(shape, n, who):', HI),

@@ -40,6 +40,14 @@ CAPTIONS: dict[str, list[tuple[str, str, str]]] = {
          "corpus; each doubling of the vocabulary buys less."),
     ],
     "04_attention": [
+        ("import matplotlib.pyplot as plt\nfrom matplotlib.patches import "
+         "Rectangle\n\nfig, ax = plt.subplots(figsize=(9.6, 3.4))",
+         "fig-attention-shapes",
+         "Attention's shapes for one head: queries (T x d_k) times keys "
+         "transposed give a T x S table of scores; the causal mask sets the "
+         "future keys of each query to minus infinity (dark), the softmax "
+         "makes each row a distribution that is zero there, and the weights "
+         "times the values (S x d_v) give one output row per query."),
         ("fig, axes = plt.subplots(1, 2, figsize=(8, 3.6))", "fig-mask-order",
          "The causal mask, before and after the softmax, for one head: the "
          "attention weights of each query (rows) over the keys (columns). "
@@ -143,6 +151,12 @@ CAPTIONS: dict[str, list[tuple[str, str, str]]] = {
          "tail and renormalise what is left."),
     ],
     "12_kv_cache": [
+        ("import matplotlib.pyplot as plt\nfrom matplotlib.patches import "
+         "Patch, Rectangle", "fig-kv-cache",
+         "What the KV cache saves, at step t = 6 of a three-layer model: "
+         "recomputing runs every position of every layer again; with the "
+         "cache only the new position is computed, and its query attends "
+         "over the keys and values stored at the earlier steps (arrows)."),
         ("fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))",
          "fig-decode-latency",
          "E11: median time per generated token against the position being "

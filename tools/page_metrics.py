@@ -107,6 +107,14 @@ SCRIPT = r"""
         function (e) { return /^sec-e\d+$/.test(e.id); });
     m.first_experiment_px = firstExp ? Math.round(
         firstExp.getBoundingClientRect().top + window.scrollY) : -1;
+    // the ten tallest outputs: [px, first line of the cell's code]
+    m.tallest_outputs = Array.from(document.querySelectorAll(
+        'div.cell_output')).filter(visible).map(function (o) {
+      const cell = o.closest('div.cell');
+      const pre = cell && cell.querySelector('div.cell_input pre');
+      return [Math.round(o.getBoundingClientRect().height),
+              pre ? pre.textContent.split('\n')[0].slice(0, 70) : ''];
+    }).sort(function (a, b) { return b[0] - a[0]; }).slice(0, 10);
     // where each section starts: [title, px] of every h2, in page order
     m.sections = Array.from(art.querySelectorAll('h2')).map(function (h) {
       return [h.innerText.replace(/#$/, '').trim(), Math.round(
@@ -204,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.only is not None:
             for title, px in per[page.stem]["sections"]:
                 print(f"    {px:>8,} px  {title}")
+            for px, first in per[page.stem]["tallest_outputs"]:
+                print(f"    output {px:>6,} px  {first}")
         print(f"{page.stem:20s} {per[page.stem]['height_px']:>8,} px "
               f"{per[page.stem]['code_lines_shown']:>6} code lines")
     numbered = [n for n in per if re.fullmatch(r"(0[1-9]|1[0-6])_.*", n)]
