@@ -258,3 +258,9 @@ def test_the_ladder_runs_smallest_first_and_stops_at_the_first_pass(
     assert [j["size"]["hidden"] for j in mlp] == [32]
     order = run_lookup.ladders_jobs()
     assert order[0]["task"]["seq_len"] == 32 and order[0]["arm"] == "mlp"
+    # amendment 2: at T = 256 the two-head rungs come before the MLP rungs
+    at256 = [(j["arm"], j["size"].get("n_head")) for j in order
+             if j["task"]["seq_len"] == 256]
+    assert at256.index(("mlp", None)) > max(
+        i for i, a in enumerate(at256) if a == ("attn", 2))
+    assert order[-1]["size"]["n_head"] == 1  # the one-head rungs last

@@ -8,7 +8,7 @@ model trains on one thread at the lowest priority (the host is shared):
     nice -n 19 .venv/bin/python tools/run_lookup.py sweep [--shard K/N]
     nice -n 19 .venv/bin/python tools/run_lookup.py gate  [--shard K/N]
     nice -n 19 .venv/bin/python tools/run_lookup.py ladder [--shard K/N]
-    nice -n 19 .venv/bin/python tools/run_lookup.py ladders   (amendment 1:
+    nice -n 19 .venv/bin/python tools/run_lookup.py ladders   (amendments 1-2:
         per T the MLP rungs, then the two-head attention rungs, then the
         one-head rungs left; each rung list cut after its first pass)
     .venv/bin/python tools/run_lookup.py list PHASE     (jobs, done or not)
@@ -176,13 +176,15 @@ def ladder_h2_jobs():
 
 
 def ladders_jobs():
-    """Amendment 1's order of the compute: per T, the MLP rungs, then the
-    two-head attention rungs; then the one-head attention rungs left."""
-    jobs = []
-    for T in LADDER_T:
-        one = _ladder("ladder", T)
-        jobs += [j for j in one if j["arm"] == "mlp"]
-        jobs += _ladder("ladder_h2", T)
+    """The order of the compute: amendment 1 (per T, the MLP rungs, then
+    the two-head attention rungs; then the one-head rungs left) as changed
+    by amendment 2 (the two-head rungs at T = 256 before the MLP rungs
+    there, which cost hours where attention's cost minutes)."""
+    mlp = {T: [j for j in _ladder("ladder", T) if j["arm"] == "mlp"]
+           for T in LADDER_T}
+    h2 = {T: _ladder("ladder_h2", T) for T in LADDER_T}
+    jobs = mlp[32] + h2[32] + mlp[64] + h2[64] + mlp[128] + h2[128]
+    jobs += h2[256] + mlp[256]
     return jobs + [j for j in ladder_jobs() if j["arm"] == "attn"]
 
 
