@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from transformer import cli
+from transformer import cli, cli_options
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -123,20 +123,20 @@ def test_help_names_match_the_library():
     from transformer.model import GPTConfig
     from transformer.training import PRESETS, TrainConfig
     for cls, module in ((GPTConfig, "model"), (TrainConfig, "training")):
-        fields = cli.source_fields(module, cls.__name__)
+        fields = cli_options.source_fields(module, cls.__name__)
         want = {f.name: str(f.type) for f in dataclasses.fields(cls)}
         assert {k: v[0] for k, v in fields.items()} == want
         for f in dataclasses.fields(cls):
             if f.default is not dataclasses.MISSING:
                 assert eval(fields[f.name][1]) == f.default, f.name
-    assert cli.source_constant("training", "PRESETS") == {
+    assert cli_options.source_constant("training", "PRESETS") == {
         name: (dict(m), dict(t)) for name, (m, t) in PRESETS.items()}
-    shape = cli.source_constant("cost_model", "GPT2_SMALL")
+    shape = cli_options.source_constant("cost_model", "GPT2_SMALL")
     assert shape == {k: getattr(GPT2_SMALL, k) for k in shape}
 
 
 def test_parse_overrides_types_and_errors():
-    got = cli.parse_overrides(["n_layer=2", "lr=0.01", "bias=false",
+    got = cli_options.parse_overrides(["n_layer=2", "lr=0.01", "bias=false",
                                "seq_len=none", "norm=rmsnorm"])
     assert got == {"n_layer": 2, "lr": 0.01, "bias": False,
                    "seq_len": None, "norm": "rmsnorm"}
@@ -145,7 +145,7 @@ def test_parse_overrides_types_and_errors():
                           ("bias=maybe", "bias: expected a bool"),
                           ("steps", "expected FIELD=VALUE")):
         with pytest.raises(ValueError, match=message):
-            cli.parse_overrides([item])
+            cli_options.parse_overrides([item])
 
 
 # ------------------------------------------------------------------- cost

@@ -25,7 +25,7 @@ LAYERS = [
                                "window"}),
     ("measurement", {"bench"}),
     ("experiments", {"experiments", "ablations", "lookup"}),
-    ("command line", {"cli", "__main__"}),
+    ("command line", {"cli_options", "cli", "__main__"}),
 ]
 LEVEL = {m: i for i, (_, mods) in enumerate(LAYERS) for m in mods}
 

@@ -136,7 +136,7 @@ def run_shuffled(args) -> dict:
 
 def run_bigram(args) -> dict:
     tok, train_ids, val_ids = token_stream(1024)
-    from transformer.cli import parse_overrides
+    from transformer.cli_options import parse_overrides
     model_cfg, train_cfg = configs_from("tiny", parse_overrides(args.set))
     T = model_cfg.block_size
     n = (len(val_ids) - 1) // T
