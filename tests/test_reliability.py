@@ -575,8 +575,10 @@ def test_M_conc_resume(env, tmp_path):
     ends normally."""
     path = tmp_path / "conc2.pt"
     shutil.copy(env / "base.pt", path)
+    # far more steps than the test's time allows: the run is interrupted
+    # by the test, never left to finish first on a fast, idle host
     first = _start(env, path, "train", "--checkpoint", path, "--resume",
-                   "--set", "steps=300", "--set", "checkpoint_interval=1",
+                   "--set", "steps=1000000", "--set", "checkpoint_interval=1",
                    "--no-progress", "--threads", "1")
     try:
         _wait_line(first, "resuming")
