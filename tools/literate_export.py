@@ -123,9 +123,8 @@ def reexports(chapters: list[Chapter]) -> dict[str, str]:
     where: dict[str, str] = {}
     for ch in chapters:
         for module in ch.modules():
-            if module.startswith("_") or (ch.command_line
-                                          and module == ch.module):
-                continue
+            if module.startswith("_") or ch.command_line:
+                continue  # the command line's modules stay out of the API
             for name in exported_names(ch, module):
                 if name in where:
                     raise ValueError(

@@ -9,7 +9,8 @@ model trains on one thread at the lowest priority (the host is shared):
     nice -n 19 .venv/bin/python tools/run_lookup.py gate  [--shard K/N]
     nice -n 19 .venv/bin/python tools/run_lookup.py ladder [--shard K/N]
     nice -n 19 .venv/bin/python tools/run_lookup.py ladders   (amendments 1-2:
-        per T the MLP rungs, then the two-head attention rungs, then the
+        per T the MLP rungs, then the two-head attention rungs, except at
+        the largest T, where the two-head rungs come first; then the
         one-head rungs left; each rung list cut after its first pass)
     .venv/bin/python tools/run_lookup.py list PHASE     (jobs, done or not)
     .venv/bin/python tools/run_lookup.py select         (the sweep's choice)
@@ -178,13 +179,14 @@ def ladder_h2_jobs():
 def ladders_jobs():
     """The order of the compute: amendment 1 (per T, the MLP rungs, then
     the two-head attention rungs; then the one-head rungs left) as changed
-    by amendment 2 (the two-head rungs at T = 256 before the MLP rungs
-    there, which cost hours where attention's cost minutes)."""
+    by amendment 2 (the two-head rungs at the largest T, 256, before the
+    MLP rungs there, which cost hours where attention's cost minutes)."""
     mlp = {T: [j for j in _ladder("ladder", T) if j["arm"] == "mlp"]
            for T in LADDER_T}
     h2 = {T: _ladder("ladder_h2", T) for T in LADDER_T}
-    jobs = mlp[32] + h2[32] + mlp[64] + h2[64] + mlp[128] + h2[128]
-    jobs += h2[256] + mlp[256]
+    *shorter, longest = LADDER_T
+    jobs = [j for T in shorter for j in mlp[T] + h2[T]]
+    jobs += h2[longest] + mlp[longest]
     return jobs + [j for j in ladder_jobs() if j["arm"] == "attn"]
 
 

@@ -264,19 +264,6 @@ _WHERE = {  # public name -> module defining it
     "fired": "experiments",
     "Probe": "experiments",
     "run_probe": "experiments",
-    "source_fields": "cli_options",
-    "source_constant": "cli_options",
-    "model_and_train_fields": "cli_options",
-    "parse_value": "cli_options",
-    "parse_overrides": "cli_options",
-    "train_parser": "cli_options",
-    "eval_parser": "cli_options",
-    "sample_parser": "cli_options",
-    "cost_parser": "cli_options",
-    "experiment_parser": "cli_options",
-    "apply_machine_options": "cli_options",
-    "parse_device": "cli_options",
-    "check_output_path": "cli_options",
 }
 
 import importlib as _importlib
