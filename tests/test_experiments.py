@@ -261,7 +261,7 @@ RETIRED_RUN_FIELDS = {"compile": False}
 # record there must already be right, the set need not be complete yet.
 # An id leaves this set when its grid is whole; chapter 15 and REPORT.md
 # say how many of its points have run.
-IN_PROGRESS = {"E19"}
+IN_PROGRESS = {"E20"}
 
 
 def _hashable(stratum):
@@ -601,3 +601,65 @@ def test_a_crossed_stratum_sets_every_field_and_names_its_records():
     assert len(rows) == 1 and rows[0]["single"]["val_loss"] == 2.0
     with pytest.raises(ValueError, match="strata"):
         dataclasses.replace(e, strata=((8, 1e-3),))
+
+
+def test_cells_restrict_the_grid_and_are_checked(tmp_path):
+    """`cells` keeps only the listed (stratum, value) pairs: points, the
+    summary's rows and the smoke version all follow it; a cell outside
+    strata x values is refused, naming the field."""
+    e = _decl(stratum="n_layer", strata=(1, 2),
+              cells=((1, "rmsnorm"), (2, "layernorm")))
+    assert e.pairs() == [(1, "rmsnorm"), (2, "layernorm")]
+    assert [p[:2] for p in e.points()] == [(1, "rmsnorm")] * 2 + \
+        [(2, "layernorm")] * 2
+    assert [(r["stratum"], r["value"]) for r in summary_rows(
+        e, [], ("val_loss",))] == e.pairs()
+    assert e.smoke().pairs() == e.pairs()
+    assert len(_decl(stratum="n_layer", strata=(1, 2)).points()) == 8
+    for bad in (((3, "rmsnorm"),), ((1, "batchnorm"),)):
+        with pytest.raises(ValueError, match="cells"):
+            _decl(stratum="n_layer", strata=(1, 2), cells=bad)
+
+
+def test_step10_gradients_are_recorded_without_changing_training(data):
+    """The "grads_step10" extra records one norm per block after step 10,
+    and the loss curve is bit-identical to the same run without it (the
+    measurement clears the gradients it makes and draws no random
+    numbers)."""
+    from transformer.experiments import run_point
+    kw = dict(model={"n_embd": 16, "n_head": 2, "n_layer": 2,
+                     "block_size": 8},
+              run={"steps": 12, "batch_size": 2, "warmup_steps": 2,
+                   "eval_interval": 6, "eval_batches": 1})
+    plain, with_g = (_decl(extras=x, **kw) for x in ((), ("grads_step10",)))
+    a = run_point(plain, None, "layernorm", 0, data)
+    b = run_point(with_g, None, "layernorm", 0, data)
+    assert len(b["grad_norms_step10"]) == 2
+    assert all(math.isfinite(g) and g > 0 for g in b["grad_norms_step10"])
+    assert "grad_norms_step10" not in a
+    assert losses_digest(a) == losses_digest(b)
+
+
+def test_e20_extends_exactly_the_edge_cells():
+    """Amendment 1 of E6 rebuilt: E20 runs the column lr 3e-2 for exactly
+    the (depth, arm) pairs whose best finite stage-1 (E19) cell is at the
+    grid's highest learning rate, with E19's warm-ups, seed and budget."""
+    from transformer.ablations import E6B_EDGE, E6B_LRS
+    from transformer.experiments import load_runs
+    e19, e20 = EXPERIMENTS["E19"], EXPERIMENTS["E20"]
+    recs = load_runs("E19", ROOT)
+    assert len(recs) == len(e19.points())
+    best = {}
+    for r in recs:
+        if r["final"]["diverged"]:
+            continue
+        key = (r["stratum"][0], r["value"])
+        if key not in best or r["final"]["val_loss"] < best[key][0]:
+            best[key] = (r["final"]["val_loss"], r["stratum"][1])
+    edge = {k for k, (_, lr) in best.items() if lr == max(E6B_LRS)}
+    assert set(E6B_EDGE) == edge
+    assert {(s[0], v) for s, v in e20.pairs()} == edge
+    assert {s[3] for s, _ in e20.pairs()} == {s[3] for s in e19.strata}
+    assert {s[1:3] for s, _ in e20.pairs()} == {(3e-2, 3e-3)}
+    assert len(e20.points()) == 3 * len(edge) and e20.seeds == e19.seeds
+    assert e20.run == e19.run and e20.overrides == e19.overrides

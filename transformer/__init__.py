@@ -259,11 +259,11 @@ _WHERE = {  # public name -> module defining it
     "losses_digest": "experiments",
     "bridges_dir": "experiments",
     "bridge_record": "experiments",
-    "judge": "experiments",
-    "all_of": "experiments",
-    "fired": "experiments",
     "Probe": "experiments",
     "run_probe": "experiments",
+    "judge": "verdicts",
+    "all_of": "verdicts",
+    "fired": "verdicts",
 }
 
 import importlib as _importlib

@@ -18,6 +18,7 @@ __all__ = [
 
 
 import os
+from dataclasses import replace
 
 import torch
 
@@ -112,12 +113,12 @@ E6B_DEPTHS = (2, 4, 8, 16)
 E6B_MARGIN = 0.05  # the failure margin, nats, declared before any run
 
 
-def _e6b_cells(steps: int) -> tuple:
+def _e6b_cells(steps: int, lrs: tuple = E6B_LRS,
+               depths: tuple = E6B_DEPTHS) -> tuple:
     """(depth, peak lr, final lr = peak / 10, warm-up steps) of the grid,
     depth outermost so the cheap depths finish first."""
     return tuple((L, lr, float(f"{lr / 10:.3g}"), round(f * steps))
-                 for L in E6B_DEPTHS
-                 for lr in E6B_LRS for f in E6B_WARMUP)
+                 for L in depths for lr in lrs for f in E6B_WARMUP)
 
 
 _E19 = Experiment(
@@ -145,6 +146,30 @@ _E19 = Experiment(
     stratum=("n_layer", "lr", "min_lr", "warmup_steps"),
     strata=_e6b_cells(E6B_STEPS // 2), extras=("init_grads",),
     metrics=("val_loss", *_REFS, "train_loss", "log10_max_grad_norm"))
+
+
+E6B_NEXT_LR = 3e-2  # amendment 1: the column past the grid's edge
+# the (depth, arm) pairs whose best E19 cell is at lr 1e-2
+E6B_EDGE = ((2, "pre"), (2, "post"), (2, "post-sqrtd"), (2, "deepnorm"),
+            (4, "pre"), (4, "deepnorm"), (8, "pre"), (16, "pre"))
+_E20_STRATA = _e6b_cells(E6B_STEPS // 2, (E6B_NEXT_LR,))
+
+_E20 = replace(
+    _E19, id="E20",
+    title="E6 rebuilt, amendment 1: lr 3e-2 where stage 1's best was 1e-2",
+    prediction=(
+        "Pre-norm's best cell stays at lr 1e-2 at every depth: its best "
+        "3e-2 cell ends worse than its best stage-1 cell (by more than 0.02 "
+        "nats at depths 8 and 16). At depth 2 post-norm (both embedding "
+        "scales) and DeepNorm fail to learn (diverge, or end within 0.05 "
+        "nats of the unigram) in at least two of their three 3e-2 cells."),
+    falsifier=(
+        "an arm whose best 3e-2 cell beats its best stage-1 cell by more "
+        "than 0.02 nats at depth 4 or more; then the rule asks for the "
+        "column 1e-1 for that arm and depth."),
+    strata=_E20_STRATA,
+    cells=tuple((c, arm) for c in _E20_STRATA for L, arm in E6B_EDGE
+                if c[0] == L))
 
 
 _E2 = Experiment(
@@ -481,4 +506,4 @@ _E18 = Probe("E18", "The trained bigram's learning rate", measure_e18,
 
 EXPERIMENTS = {e.id: e for e in (
     _E1, _E2, _E3, _E4, _E5, _E6, _E7, _E8, _E9, _E10, _E11, _E12, _E13,
-    _E14, _E15, _E16, _E17, _E18, _E19)}
+    _E14, _E15, _E16, _E17, _E18, _E19, _E20)}

@@ -23,9 +23,6 @@ __all__ = [
     "losses_digest",
     "bridges_dir",
     "bridge_record",
-    "judge",
-    "all_of",
-    "fired",
     "Probe",
     "run_probe",
 ]
@@ -47,6 +44,7 @@ from transformer.bench import environment, git_commit, write_json
 from transformer.diagnostics import attention_entropy, block_grad_norms
 from transformer.model import GPT, GPTConfig
 from transformer.stats import summarize
+from transformer.verdicts import CLAIMS, all_of, fired, judge  # noqa: F401
 from transformer.training import (TrainConfig, evaluate, heldout_losses,
                                   init_model, train)
 
@@ -69,7 +67,9 @@ RECIPE = {"eval_batches": 4, "eval_seed": EVAL_SEED, "beta2": 0.999,
 
 _MODEL_FIELDS = set(GPTConfig.__dataclass_fields__)
 _RUN_FIELDS = set(TrainConfig.__dataclass_fields__) - {"seed"}
-_EXTRAS = ("long_context", "init_grads", "attn_entropy", "per_byte")
+_EXTRAS = ("long_context", "init_grads", "grads_step10", "attn_entropy",
+           "per_byte")
+GRAD_STEP = 10  # "grads_step10": per-block gradient norms after this step
 
 
 def _check_experiment(exp) -> None:
@@ -99,6 +99,10 @@ def _check_experiment(exp) -> None:
             and all(isinstance(m, str) for m in exp.metrics)):
         raise ValueError(f"metrics: expected a tuple of metric names, "
                          f"got {exp.metrics!r}")
+    for stratum, value in exp.cells:
+        if stratum not in exp.strata or value not in exp.values:
+            raise ValueError(f"cells: expected (stratum, value) pairs from "
+                             f"strata x values, got {(stratum, value)!r}")
     unknown = set(exp.extras) - set(_EXTRAS)
     if unknown:
         raise ValueError(f"extras: expected names from {_EXTRAS}, "
@@ -138,15 +142,24 @@ class Experiment:
     metrics: tuple = ("val_loss",)
     is_smoke: bool = False
     screen: bool = False  # a screening grid: one seed allowed, no intervals
+    # when given, the only (stratum, value) pairs the grid runs, a subset
+    # of strata x values: E20 extends only the arms whose best cell sat at
+    # the edge of E19's grid, E21 runs each arm's own best cell
+    cells: tuple = ()
 
     def __post_init__(self):
         _check_experiment(self)
 
+    def pairs(self) -> list[tuple]:
+        """Every (stratum value, variable value) this grid runs: `cells`
+        when given, else strata x values."""
+        return [(s, v) for s in self.strata for v in self.values
+                if not self.cells or (s, v) in self.cells]
+
     def points(self) -> list[tuple]:
         """Every (stratum value, variable value, seed) this grid runs,
         seeds innermost so each comparison fills in together."""
-        return [(s, v, seed) for s in self.strata for v in self.values
-                for seed in self.seeds]
+        return [(s, v, seed) for s, v in self.pairs() for seed in self.seeds]
 
     def configs(self, stratum, value,
                 seed: int = 0) -> tuple[GPTConfig, TrainConfig]:
@@ -184,6 +197,8 @@ def _smoke_experiment(exp: Experiment) -> Experiment:
     if exp.variable == "vocab_size":  # two tokenizers, not four
         values = (BYTES, 512)
     strata = exp.strata
+    if exp.cells:  # the strata of the first cells, so the filter is run
+        strata = tuple(dict.fromkeys(s for s, _ in exp.cells))
     if exp.stratum == "n_layer":
         strata = (1, 2)
     elif len(strata) > 2:
@@ -198,9 +213,11 @@ def _smoke_experiment(exp: Experiment) -> Experiment:
     # recipe goes, as the shared one does
     arms = {v: {k: x for k, x in arm.items() if k in _MODEL_FIELDS}
             for v, arm in exp.overrides.items()}
+    cells = tuple(c for c in exp.cells if c[0] in strata)
     return replace(exp, model=m, run=r, seeds=(0, 1), strata=strata,
                    values=values, overrides={v: a for v, a in arms.items()
-                                             if a}, is_smoke=True)
+                                             if a}, cells=cells,
+                   is_smoke=True)
 
 
 def _fixed_batch(model: GPT, ids: torch.Tensor, batch_size: int):
@@ -290,6 +307,8 @@ def run_point(exp: Experiment, stratum, value, seed: int, data,
         rec["init_attn_entropy"] = attention_entropy(model, x)
 
     def report(step, hist):
+        if "grads_step10" in exp.extras and step == GRAD_STEP:
+            rec["grad_norms_step10"] = block_grad_norms(model, x, y)
         if progress and hist["val_steps"][-1] == step:
             progress(step, cfg.steps, hist["val_loss"][-1])
 
@@ -510,20 +529,18 @@ def summary_rows(exp: Experiment, records: list[dict],
     has no interval: its metrics are None, and their values are under
     row["single"]. Section "Summaries"."""
     rows = []
-    for stratum in exp.strata:
-        for value in exp.values:
-            recs = [r for r in records if r["value"] == value
-                    and _same_stratum(r.get("stratum"), stratum)]
-            row = {"stratum": stratum, "value": value, "n": len(recs),
-                   "diverged": sum(bool(r["final"]["diverged"])
-                                   for r in recs)}
-            for m in metrics:
-                xs = [_metric(r, m) for r in recs]
-                xs = [x for x in xs if x is not None and math.isfinite(x)]
-                row[m] = summarize(xs) if len(xs) >= 2 else None
-                if len(recs) == 1 and xs:  # one seed: no interval
-                    row.setdefault("single", {})[m] = xs[0]
-            rows.append(row)
+    for stratum, value in exp.pairs():
+        recs = [r for r in records if r["value"] == value
+                and _same_stratum(r.get("stratum"), stratum)]
+        row = {"stratum": stratum, "value": value, "n": len(recs),
+               "diverged": sum(bool(r["final"]["diverged"]) for r in recs)}
+        for m in metrics:
+            xs = [_metric(r, m) for r in recs]
+            xs = [x for x in xs if x is not None and math.isfinite(x)]
+            row[m] = summarize(xs) if len(xs) >= 2 else None
+            if len(recs) == 1 and xs:  # one seed: no interval
+                row.setdefault("single", {})[m] = xs[0]
+        rows.append(row)
     return rows
 
 
@@ -562,16 +579,14 @@ def describe_points(exp) -> str:
         doc = " ".join((m.__doc__ or "").split("\n\n")[0].split())
         return "\n".join(lines + [f"  measure: {m.__module__}.{m.__name__},"
                                   f" seeds {exp.seeds}", f"  {doc}"])
-    for stratum in exp.strata:
-        for value in exp.values:
-            point = (stratum_label(exp, stratum) + " " if exp.stratum
-                     else "") + \
-                f"{exp.variable}={value}"
-            lines.append(f"{point} (seeds {', '.join(map(str, exp.seeds))})")
-            for config in exp.configs(stratum, value):
-                body = ", ".join(f"{f.name}={getattr(config, f.name)!r}"
-                                 for f in fields(config) if f.name != "seed")
-                lines.append(f"  {type(config).__name__}({body})")
+    for stratum, value in exp.pairs():
+        point = (stratum_label(exp, stratum) + " " if exp.stratum
+                 else "") + f"{exp.variable}={value}"
+        lines.append(f"{point} (seeds {', '.join(map(str, exp.seeds))})")
+        for config in exp.configs(stratum, value):
+            body = ", ".join(f"{f.name}={getattr(config, f.name)!r}"
+                             for f in fields(config) if f.name != "seed")
+            lines.append(f"  {type(config).__name__}({body})")
     return "\n".join(lines)
 
 
@@ -627,50 +642,6 @@ def bridge_record(exp: Experiment, name: str, root: Path | None = None,
     return out
 
 
-CLAIMS = ("below", "above", "within", "not_below", "not_above")
-
-
-def judge(d, claim: str, margin: float = 0.0) -> str:
-    """The verdict on a claim about a difference `d` (a stats.Summary,
-    e.g. paired_difference(a, b) for d = a - b): "held" when the whole
-    interval supports the claim, "failed" when the whole interval
-    contradicts it, else "inconclusive". Claims: "below" (d < -margin),
-    "above" (d > margin), "within" (|d| < margin), "not_below"
-    (d >= -margin), "not_above" (d <= margin). Section "Verdicts from
-    paired intervals"."""
-    if claim not in CLAIMS:
-        raise ValueError(f"claim: expected one of {CLAIMS}, got {claim!r}")
-    if not margin >= 0:
-        raise ValueError(f"margin: expected >= 0, got {margin!r}")
-    lo, hi = d.lo, d.hi
-    if claim == "within":
-        if -margin < lo and hi < margin:
-            return "held"
-        return "failed" if lo >= margin or hi <= -margin else \
-            "inconclusive"
-    if claim in ("above", "not_above"):  # mirror onto the lower side
-        lo, hi = -hi, -lo
-    if claim in ("below", "above"):
-        return ("held" if hi < -margin else
-                "failed" if lo >= -margin else "inconclusive")
-    return ("held" if lo >= -margin else  # not_below, not_above
-            "failed" if hi < -margin else "inconclusive")
-
-
-def all_of(*verdicts: str) -> str:
-    """A conjunction of verdicts: held if every part held, failed if any
-    part failed, else inconclusive."""
-    if "failed" in verdicts:
-        return "failed"
-    return "held" if all(v == "held" for v in verdicts) else "inconclusive"
-
-
-def fired(verdict: str) -> str:
-    """A falsifier's verdict in the words the chapter uses for it."""
-    return {"held": "fired", "failed": "did not fire",
-            "inconclusive": "inconclusive"}[verdict]
-
-
 @dataclass(frozen=True)
 class Probe:
     """A declared check that is not a grid over one field (E10-E13):
@@ -690,6 +661,9 @@ class Probe:
     values = ("-",)
     stratum = None
     strata = (None,)
+
+    def pairs(self) -> list[tuple]:
+        return [(None, "-")]
 
     def points(self) -> list[tuple]:
         return [(None, "-", seed) for seed in self.seeds]
