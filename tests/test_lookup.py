@@ -263,4 +263,14 @@ def test_the_ladder_runs_smallest_first_and_stops_at_the_first_pass(
              if j["task"]["seq_len"] == 256]
     assert at256.index(("mlp", None)) > max(
         i for i, a in enumerate(at256) if a == ("attn", 2))
-    assert order[-1]["size"]["n_head"] == 1  # the one-head rungs last
+    # amendment 3: then the extended two-head run, the one-head rungs, and
+    # the MLP rungs at T = 256 last
+    (ext,) = [j for j in order if j["phase"] == "extend"]
+    assert (ext["task"]["seq_len"], ext["steps"], ext["size"]) == (
+        256, run_lookup.EXTENDED_STEPS, run_lookup.ATTN)
+    assert order[-1]["arm"] == "mlp" and order[-1]["task"]["seq_len"] == 256
+    last_h1 = max(i for i, j in enumerate(order)
+                  if j["size"].get("n_head") == 1)
+    assert order.index(ext) < last_h1 < min(
+        i for i, j in enumerate(order)
+        if j["arm"] == "mlp" and j["task"]["seq_len"] == 256)

@@ -8,10 +8,11 @@ model trains on one thread at the lowest priority (the host is shared):
     nice -n 19 .venv/bin/python tools/run_lookup.py sweep [--shard K/N]
     nice -n 19 .venv/bin/python tools/run_lookup.py gate  [--shard K/N]
     nice -n 19 .venv/bin/python tools/run_lookup.py ladder [--shard K/N]
-    nice -n 19 .venv/bin/python tools/run_lookup.py ladders   (amendments 1-2:
+    nice -n 19 .venv/bin/python tools/run_lookup.py ladders   (amendments 1-3:
         per T the MLP rungs, then the two-head attention rungs, except at
-        the largest T, where the two-head rungs come first; then the
-        one-head rungs left; each rung list cut after its first pass)
+        the largest T, where the two-head rungs come first, then the
+        extended two-head run, the one-head rungs left and the MLP rungs
+        there last; each rung list cut after its first pass)
     .venv/bin/python tools/run_lookup.py list PHASE     (jobs, done or not)
     .venv/bin/python tools/run_lookup.py select         (the sweep's choice)
 
@@ -38,7 +39,7 @@ from transformer.lookup import (LOOKUP_TASK, evaluate_lookup,  # noqa: E402
 
 OUT = ROOT / "results" / "experiments" / "E15b"
 CKPT = ROOT / "results" / "tmp" / "e15b"  # git-ignored: checkpoints, curves
-PHASES = ("sweep", "gate", "ladder", "ladder_h2", "ladders")
+PHASES = ("sweep", "gate", "ladder", "ladder_h2", "extend", "ladders")
 SWEEP_SEED, GATE_SEEDS = 100, (0, 1, 2)
 RECIPE = {"batch_size": 64, "steps": 4000, "warmup_steps": 100,
           "weight_decay": 0.1}
@@ -176,22 +177,40 @@ def ladder_h2_jobs():
     return [j for T in LADDER_T for j in _ladder("ladder_h2", T)]
 
 
+def extend_jobs():
+    """Amendment 3's diagnostic: the gated shape (two heads, D = 32) at the
+    largest T trained for EXTENDED_STEPS, three times the ladder's steps:
+    a plateau that lifts later, or a model that does not learn the lookup
+    at that length. Beside the ladder; its pass rule and answer unchanged."""
+    s = select()
+    if s is None or "mlp" not in s:
+        return []
+    a = s["attn"]
+    task = {**LOOKUP_TASK, "seq_len": LADDER_T[-1]}
+    return [_job("extend", "attn", 0, a["lr"], a["init"], EXTENDED_STEPS,
+                 task, **ATTN)]
+
+
 def ladders_jobs():
     """The order of the compute: amendment 1 (per T, the MLP rungs, then
     the two-head attention rungs; then the one-head rungs left) as changed
     by amendment 2 (the two-head rungs at the largest T, 256, before the
-    MLP rungs there, which cost hours where attention's cost minutes)."""
+    MLP rungs there, which cost hours where attention's cost minutes) and
+    amendment 3 (then the extended two-head run, the one-head rungs left,
+    and the MLP rungs at T = 256 last: about 14 core-hours)."""
     mlp = {T: [j for j in _ladder("ladder", T) if j["arm"] == "mlp"]
            for T in LADDER_T}
     h2 = {T: _ladder("ladder_h2", T) for T in LADDER_T}
     *shorter, longest = LADDER_T
     jobs = [j for T in shorter for j in mlp[T] + h2[T]]
-    jobs += h2[longest] + mlp[longest]
-    return jobs + [j for j in ladder_jobs() if j["arm"] == "attn"]
+    jobs += h2[longest] + extend_jobs()
+    jobs += [j for j in ladder_jobs() if j["arm"] == "attn"]
+    return jobs + mlp[longest]
 
 
 JOBS = {"sweep": sweep_jobs, "gate": gate_jobs, "ladder": ladder_jobs,
-        "ladder_h2": ladder_h2_jobs, "ladders": ladders_jobs}
+        "ladder_h2": ladder_h2_jobs, "extend": extend_jobs,
+        "ladders": ladders_jobs}
 
 
 def build(job):
