@@ -12,9 +12,10 @@ import torch
 
 from transformer.baseline import token_stream
 from transformer.ablations import EXPERIMENTS
+from transformer.bridges import losses_digest
 from transformer.experiments import (RECIPE, Experiment, Probe, config_hash,
-                                     losses_digest, run_experiment,
-                                     summary_rows, summary_table)
+                                     run_experiment, summary_rows,
+                                     summary_table)
 from transformer.cli import main as cli
 from transformer.model import GPT, GPTConfig
 from transformer.training import TrainConfig, init_model, train
@@ -346,6 +347,7 @@ def test_a_bridge_reruns_a_record_and_says_whether_it_held(tmp_path,
     give a bridge that holds (and that the revision check accepts); a
     record whose curve differs by one value gives one that does not; the
     code must be clean and the name a record of the grid."""
+    import transformer.bridges as br
     import transformer.experiments as ex
     torch.set_num_threads(1)
     exp = EXPERIMENTS["E4"].smoke()
@@ -354,7 +356,7 @@ def test_a_bridge_reruns_a_record_and_says_whether_it_held(tmp_path,
                              data=token_stream(exp.vocab_size))
     name = ex._run_name(exp, *exp.points()[0])
     monkeypatch.setattr(ex, "CODE_COMMIT", "b" * 40)
-    good = ex.bridge_record(exp, name, tmp_path, log=lambda *a: None)
+    good = br.bridge_record(exp, name, tmp_path, log=lambda *a: None)
     assert good["identical"] and good["from"] == "a" * 40
     path = tmp_path / "smoke" / exp.id / name
     assert good["digest"] == losses_digest(json.loads(path.read_text()))
@@ -364,13 +366,13 @@ def test_a_bridge_reruns_a_record_and_says_whether_it_held(tmp_path,
     tampered = json.loads(path.read_text())
     tampered["train_loss"][-1] += 1e-6
     path.write_text(json.dumps(tampered))
-    assert not ex.bridge_record(exp, name, tmp_path,
+    assert not br.bridge_record(exp, name, tmp_path,
                                 log=lambda *a: None)["identical"]
     with pytest.raises(ValueError, match="name: expected a record file"):
-        ex.bridge_record(exp, "nothing.json", tmp_path)
+        br.bridge_record(exp, "nothing.json", tmp_path)
     monkeypatch.setattr(ex, "CODE_COMMIT", "a" * 7 + "+dirty")
     with pytest.raises(ValueError, match="clean committed code"):
-        ex.bridge_record(exp, name, tmp_path)
+        br.bridge_record(exp, name, tmp_path)
 
 
 class _Stop(Exception):
@@ -663,3 +665,41 @@ def test_e20_extends_exactly_the_edge_cells():
     assert {s[1:3] for s, _ in e20.pairs()} == {(3e-2, 3e-3)}
     assert len(e20.points()) == 3 * len(edge) and e20.seeds == e19.seeds
     assert e20.run == e19.run and e20.overrides == e19.overrides
+
+
+def test_split_evaluation_scores_model_and_references_on_one_text(data):
+    """eval_text="split": the final loss is the mean over every target of
+    the validation split in whole windows, and the record's unigram,
+    bigram and n-gram references are scored on exactly those targets
+    (n_targets), each distance to them stored; an unknown eval_text is
+    refused, and a record made under the other text is stale."""
+    from transformer.experiments import record_matches, run_point
+    from transformer.ngram import ngram_references, reference_losses
+    from transformer.training import heldout_losses, split_windows
+    e = _decl(eval_text="split", seeds=(0, 1),
+              model={"n_embd": 16, "n_head": 2, "n_layer": 1,
+                     "block_size": 32},
+              run={"steps": 4, "batch_size": 4, "warmup_steps": 1,
+                   "eval_interval": 2, "eval_batches": 1})
+    rec = run_point(e, None, "rmsnorm", 0, data)
+    _, train_ids, val_ids = data
+    x, y = split_windows(val_ids, 32)
+    ref = rec["reference"]
+    assert ref["n_targets"] == y.numel() > 500_000
+    assert y.numel() == (len(val_ids) - 1) // 32 * 32
+    want = reference_losses(ngram_references(train_ids, 257), x, y)
+    for k in ("unigram", "bigram", "ngram"):
+        assert ref[k] == pytest.approx(want[k], abs=1e-12)
+    assert ref["ngram"] < ref["bigram"] - 0.5 < ref["unigram"] - 1.0
+    model = init_model(GPTConfig(**rec["model_config"]), 0)
+    train(model, train_ids, val_ids, TrainConfig(**rec["run_config"]))
+    got = heldout_losses(model, val_ids, 32, 256, None).mean().item()
+    assert rec["final"]["val_loss"] == pytest.approx(got, abs=1e-9)
+    assert rec["final"]["below_ngram"] == pytest.approx(
+        ref["ngram"] - got, abs=1e-9)
+    assert rec["eval_text"] == "split"
+    assert record_matches(rec, e, None, "rmsnorm", 0)
+    assert not record_matches(rec, replace(e, eval_text="batches"), None,
+                              "rmsnorm", 0)
+    with pytest.raises(ValueError, match="eval_text"):
+        _decl(eval_text="everything")

@@ -24,7 +24,7 @@ LAYERS = [
                                "speculative", "rope_scaling", "sweep",
                                "window"}),
     ("measurement", {"bench"}),
-    ("experiments", {"experiments", "ablations", "lookup"}),
+    ("experiments", {"experiments", "bridges", "ablations", "lookup"}),
     ("command line", {"cli_options", "cli", "__main__"}),
 ]
 LEVEL = {m: i for i, (_, mods) in enumerate(LAYERS) for m in mods}

@@ -20,8 +20,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT)]
 
 from transformer.ablations import EXPERIMENTS  # noqa: E402
+from transformer.bridges import bridge_record  # noqa: E402
 from transformer.experiments import (CODE_COMMIT, Experiment,  # noqa: E402
-                                     _run_name, bridge_record, load_runs)
+                                     _run_name, load_runs)
 
 
 def default_record(exp) -> str | None:

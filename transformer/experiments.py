@@ -10,19 +10,18 @@ __all__ = [
     "Experiment",
     "stratum_label",
     "config_hash",
+    "references_for",
     "run_point",
     "default_results_dir",
     "records_dir",
     "record_matches",
+    "read_record",
     "count_records",
     "run_experiment",
     "load_runs",
     "summary_rows",
     "summary_table",
     "describe_points",
-    "losses_digest",
-    "bridges_dir",
-    "bridge_record",
     "Probe",
     "run_probe",
 ]
@@ -43,10 +42,11 @@ from transformer.baseline import baseline_losses, get_batch, token_stream
 from transformer.bench import environment, git_commit, write_json
 from transformer.diagnostics import attention_entropy, block_grad_norms
 from transformer.model import GPT, GPTConfig
+from transformer.ngram import ngram_references, reference_losses
 from transformer.stats import summarize
 from transformer.verdicts import CLAIMS, all_of, fired, judge  # noqa: F401
 from transformer.training import (TrainConfig, evaluate, heldout_losses,
-                                  init_model, train)
+                                  init_model, split_windows, train)
 
 EVAL_SEED = 1234  # every run is scored on the same held-out windows
 BYTES = 257  # byte-level: the 256 bytes and <|endoftext|>, no merges
@@ -70,6 +70,11 @@ _RUN_FIELDS = set(TrainConfig.__dataclass_fields__) - {"seed"}
 _EXTRAS = ("long_context", "init_grads", "grads_step10", "attn_entropy",
            "per_byte")
 GRAD_STEP = 10  # "grads_step10": per-block gradient norms after this step
+# what a model's final held-out loss is scored on: "batches", 16 batches of
+# random windows (EVAL_SEED); "split", the whole validation split in
+# non-overlapping windows, with every reference scored on those targets
+EVAL_TEXTS = ("batches", "split")
+EVAL_BATCH = 256  # windows per forward pass when scoring the whole split
 
 
 def _check_experiment(exp) -> None:
@@ -103,6 +108,9 @@ def _check_experiment(exp) -> None:
         if stratum not in exp.strata or value not in exp.values:
             raise ValueError(f"cells: expected (stratum, value) pairs from "
                              f"strata x values, got {(stratum, value)!r}")
+    if exp.eval_text not in EVAL_TEXTS:
+        raise ValueError(f"eval_text: expected one of {EVAL_TEXTS}, got "
+                         f"{exp.eval_text!r}")
     unknown = set(exp.extras) - set(_EXTRAS)
     if unknown:
         raise ValueError(f"extras: expected names from {_EXTRAS}, "
@@ -146,6 +154,7 @@ class Experiment:
     # of strata x values: E20 extends only the arms whose best cell sat at
     # the edge of E19's grid, E21 runs each arm's own best cell
     cells: tuple = ()
+    eval_text: str = "batches"  # or "split" (EVAL_TEXTS)
 
     def __post_init__(self):
         _check_experiment(self)
@@ -276,12 +285,30 @@ def _new_record(exp: Experiment, stratum, value, seed: int, mc, cfg,
             "stratum_name": exp.stratum, "stratum": stratum, "seed": seed,
             "git_commit": CODE_COMMIT or "unknown", "smoke": exp.is_smoke,
             "config_hash": config_hash(mc, cfg),
-            "reference": {k: reference[k] for k in ("unigram", "bigram",
-                                                    "alpha")},
+            "eval_text": exp.eval_text,
+            "reference": {k: reference[k] for k in (
+                "unigram", "bigram", "alpha", "ngram", "ngram_order",
+                "n_targets") if k in reference},
             "model_config": asdict(mc), "run_config": asdict(cfg),
             "n_params": model.n_params(),
             "tokens": cfg.steps * cfg.batch_size * mc.block_size,
             "machine": environment()}
+
+
+def references_for(exp: Experiment, data, mc: GPTConfig) -> dict:
+    """The references a grid point is measured against. With eval_text
+    "batches": baseline_losses (unigram and bigram on the whole split).
+    With "split": the unigram, bigram and best n-gram of chapter "Data,
+    the bigram baseline and the entropy floor", counted on the training
+    split and scored on exactly the targets the model is scored on (the
+    split in windows of block_size, each target given only its own
+    window), with the n-gram's order and the number of targets."""
+    _, train_ids, val_ids = data
+    if exp.eval_text == "batches":
+        return baseline_losses(train_ids, val_ids, mc.vocab_size)
+    x, y = split_windows(val_ids, mc.block_size)
+    return reference_losses(ngram_references(train_ids, mc.vocab_size),
+                            x, y)
 
 
 def run_point(exp: Experiment, stratum, value, seed: int, data,
@@ -297,7 +324,7 @@ def run_point(exp: Experiment, stratum, value, seed: int, data,
     _, train_ids, val_ids = data
     mc, cfg = exp.configs(stratum, value, seed)
     if reference is None:
-        reference = baseline_losses(train_ids, val_ids, mc.vocab_size)
+        reference = references_for(exp, data, mc)
     model = init_model(mc, seed)
     rec = _new_record(exp, stratum, value, seed, mc, cfg, model, reference)
     x, y = _fixed_batch(model, train_ids, cfg.batch_size)
@@ -332,11 +359,18 @@ def _final_metrics(exp: Experiment, model, data, mc: GPTConfig,
                             / len(rec["train_loss"][-10:])),
              "max_grad_norm": max(rec["grad_norm"]), "diverged": diverged}
     n_eval = 4 * cfg.eval_batches  # the final estimate: four times more
-    final["val_loss"] = math.nan if diverged else evaluate(
-        model, val_ids, mc.block_size, cfg.batch_size, n_eval, EVAL_SEED)
+    if diverged:
+        final["val_loss"] = math.nan
+    elif exp.eval_text == "split":  # every target of the split, once
+        final["val_loss"] = heldout_losses(
+            model, val_ids, mc.block_size, EVAL_BATCH, None).mean().item()
+    else:
+        final["val_loss"] = evaluate(model, val_ids, mc.block_size,
+                                     cfg.batch_size, n_eval, EVAL_SEED)
     # distances to the references, positive when the model is below them
-    final["below_unigram"] = reference["unigram"] - final["val_loss"]
-    final["below_bigram"] = reference["bigram"] - final["val_loss"]
+    for name in ("unigram", "bigram", "ngram"):
+        if name in reference:
+            final[f"below_{name}"] = reference[name] - final["val_loss"]
     _extra_metrics(exp, model, data, mc, cfg, rec, final)
     return final
 
@@ -404,6 +438,8 @@ def record_matches(rec: dict, exp, stratum, value, seed: int = 0) -> bool:
         return False
     if isinstance(exp, Probe):
         return True
+    if rec.get("eval_text", "batches") != exp.eval_text:
+        return False
     for key, config in zip(("model_config", "run_config"),
                            exp.configs(stratum, value, seed)):
         have = rec.get(key)
@@ -419,7 +455,7 @@ def record_matches(rec: dict, exp, stratum, value, seed: int = 0) -> bool:
     return True
 
 
-def _read_record(path: Path) -> dict | None:
+def read_record(path: Path) -> dict | None:
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
@@ -431,7 +467,7 @@ def count_records(exp, root: Path | None = None) -> tuple[int, int]:
     out = records_dir(exp.id, root, exp.is_smoke)
     have = 0
     for stratum, value, seed in exp.points():
-        rec = _read_record(out / _run_name(exp, stratum, value, seed))
+        rec = read_record(out / _run_name(exp, stratum, value, seed))
         have += rec is not None and record_matches(rec, exp, stratum,
                                                    value, seed)
     return have, len(exp.points())
@@ -455,7 +491,7 @@ def run_experiment(exp: Experiment, root: Path | None = None,
     out.mkdir(parents=True, exist_ok=True)
     points = exp.points()[k - 1::n]
     streams = {} if data is None else {exp.vocab_size: data}  # by V (E9)
-    references = {}  # by V: the unigram and bigram of that tokenization
+    references = {}  # by (V, T): the references of that tokenization
     started, done_now = time.perf_counter(), 0
     for i, (stratum, value, seed) in enumerate(points, 1):
         path = out / _run_name(exp, stratum, value, seed)
@@ -464,7 +500,7 @@ def run_experiment(exp: Experiment, root: Path | None = None,
                     else "")
                  + f"{exp.variable}={value} seed={seed}")
         if path.exists():
-            old = _read_record(path)
+            old = read_record(path)
             if old is not None and record_matches(old, exp, stratum, value,
                                                   seed):
                 log(f"{label}: done, skipped")
@@ -477,10 +513,12 @@ def run_experiment(exp: Experiment, root: Path | None = None,
             V = exp.configs(stratum, value)[0].vocab_size
             if V not in streams:
                 streams[V] = token_stream(V)
-            if V not in references:
-                references[V] = baseline_losses(*streams[V][1:], V)
+            mc = exp.configs(stratum, value)[0]
+            key = (V, mc.block_size)
+            if key not in references:
+                references[key] = references_for(exp, streams[V], mc)
             rec = run_point(exp, stratum, value, seed, streams[V],
-                            reference=references[V])
+                            reference=references[key])
         write_json(rec, path)  # whole or not at all
         done_now += 1
         per_run = (time.perf_counter() - started) / done_now
@@ -588,58 +626,6 @@ def describe_points(exp) -> str:
                              for f in fields(config) if f.name != "seed")
             lines.append(f"  {type(config).__name__}({body})")
     return "\n".join(lines)
-
-
-def losses_digest(rec: dict) -> str:
-    """sha256 of a record's curves (train_loss, grad_norm, val_steps,
-    val_loss) as JSON: two runs with one digest trained bit-identically.
-    Section "Grids that outlive a commit"."""
-    curves = {k: rec[k] for k in ("train_loss", "grad_norm", "val_steps",
-                                  "val_loss")}
-    return hashlib.sha256(json.dumps(curves).encode()).hexdigest()
-
-
-def bridges_dir(exp_id: str, root: Path | None = None,
-                smoke: bool = False) -> Path:
-    """records_dir(exp_id, root, smoke)/bridges/: one JSON per bridge."""
-    return records_dir(exp_id, root, smoke) / "bridges"
-
-
-def bridge_record(exp: Experiment, name: str, root: Path | None = None,
-                  log=print) -> dict:
-    """Rerun the committed record `name` (a file under records_dir) of
-    `exp` with the code of this process (CODE_COMMIT, clean) and write a
-    bridge from the record's commit to this one when the curves are
-    bit-identical: {"from", "to", "record", "digest", "identical"}; the
-    bridge is written either way, so a failed reproduction is on record.
-    Section "Grids that outlive a commit"."""
-    path = records_dir(exp.id, root, exp.is_smoke) / name
-    rec = _read_record(path)
-    if rec is None or rec.get("experiment") != exp.id:
-        raise ValueError(f"name: expected a record file of {exp.id} under "
-                         f"{path.parent}, got {name!r}")
-    if not CODE_COMMIT or not re.fullmatch(r"[0-9a-f]{40}", CODE_COMMIT):
-        raise ValueError(f"a bridge needs clean committed code, and "
-                         f"transformer/ is at {CODE_COMMIT!r}")
-    stratum = rec["stratum"]
-    stratum = tuple(stratum) if isinstance(stratum, list) else stratum
-    V = exp.configs(stratum, rec["value"])[0].vocab_size
-    stream = token_stream(V)
-    rerun = run_point(exp, stratum, rec["value"], rec["seed"], stream,
-                      reference=baseline_losses(*stream[1:], V))
-    out = {"experiment": exp.id, "from": rec["git_commit"],
-           "to": CODE_COMMIT, "record": name,
-           "digest": losses_digest(rerun),
-           "identical": losses_digest(rerun) == losses_digest(rec),
-           "final_val_loss": [rec["final"]["val_loss"],
-                              rerun["final"]["val_loss"]],
-           "machine": environment()}
-    write_json(out, bridges_dir(exp.id, root, exp.is_smoke)
-               / f"{rec['git_commit'][:7]}-{CODE_COMMIT[:7]}.json")
-    verdict = "bit-identical" if out["identical"] else "DIFFERS"
-    log(f"{exp.id} {name}: {verdict} at {CODE_COMMIT[:7]} (recorded at "
-        f"{rec['git_commit'][:7]})")
-    return out
 
 
 @dataclass(frozen=True)

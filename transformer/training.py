@@ -4,6 +4,7 @@ from __future__ import annotations
 
 __all__ = [
     "TrainConfig",
+    "split_windows",
     "heldout_losses",
     "evaluate",
     "TrainingInterrupted",
@@ -122,6 +123,15 @@ class TrainConfig:
                              f"got {self.on_nonfinite!r}")
 
 
+def split_windows(ids: torch.Tensor, block_size: int):
+    """The stream `ids` cut into consecutive non-overlapping windows, the
+    whole ones: inputs and targets, (n, block_size) each, every target
+    once. What heldout_losses(..., n_batches=None) scores."""
+    n = (len(ids) - 1) // block_size
+    return (ids[:n * block_size].view(n, block_size),
+            ids[1:n * block_size + 1].view(n, block_size))
+
+
 @torch.no_grad()
 def heldout_losses(model: torch.nn.Module, ids: torch.Tensor,
                    block_size: int, batch_size: int, n_batches: int | None,
@@ -144,11 +154,9 @@ def heldout_losses(model: torch.nn.Module, ids: torch.Tensor,
         raise ValueError(f"block_size: expected an int in [1, len(ids) = "
                          f"{len(ids)}), got {block_size!r}")
     if n_batches is None:
-        n = (len(ids) - 1) // block_size  # whole windows
-        x_all = ids[:n * block_size].view(n, block_size)  # (n, T)
-        y_all = ids[1:n * block_size + 1].view(n, block_size)  # (n, T)
+        x_all, y_all = split_windows(ids, block_size)  # (n, T) each
         batches = [(x_all[i:i + batch_size], y_all[i:i + batch_size])
-                   for i in range(0, n, batch_size)]
+                   for i in range(0, len(x_all), batch_size)]
     else:
         gen = torch.Generator().manual_seed(seed)
         batches = [get_batch(ids, batch_size, block_size, gen)
