@@ -184,6 +184,7 @@ _WHERE = {  # public name -> module defining it
     "measure_e16": "ablations",
     "measure_e17": "ablations",
     "measure_e18": "ablations",
+    "seeds_needed": "ablations",
     "recall_batch": "recall",
     "recall_fraction_outside": "recall",
     "WindowMLP": "recall",

@@ -14,6 +14,7 @@ __all__ = [
     "measure_e16",
     "measure_e17",
     "measure_e18",
+    "seeds_needed",
 ]
 
 
@@ -28,6 +29,7 @@ from transformer.experiments import (BYTES, Experiment, Probe,
                                      default_results_dir)
 from transformer.kv_cache import decode_step_times, held_cache_bytes
 from transformer.recall import measure_e15
+from transformer.stats import t_quantile
 from transformer.training import init_model
 from transformer.training_checks import (overfit_check, tiny_model_config,
                                          unpredictable_targets_check)
@@ -504,6 +506,77 @@ _E18 = Probe("E18", "The trained bigram's learning rate", measure_e18,
           falsifier="either gap larger than stated")
 
 
+# the pooled standard deviation of the paired differences among every pair
+# of arms of the original three-seed records (tests recompute it)
+PILOT_SD = {"E1": 0.0520, "E2": 0.0139, "E3": 0.0437, "E5": 0.0279,
+            "E7": 0.0413, "E8": 0.0266}
+DECIDED_MIN, DECIDED_MAX = 5, 20
+
+
+def seeds_needed(sd: float, delta: float, level: float = 0.95) -> int:
+    """The power rule: the smallest n >= DECIDED_MIN whose paired
+    half-width t(level, n - 1) sd / sqrt(n) is at most delta, capped at
+    DECIDED_MAX."""
+    for n in range(DECIDED_MIN, DECIDED_MAX + 1):
+        if t_quantile(0.5 + level / 2, n - 1) * sd / n ** 0.5 <= delta:
+            return n
+    return DECIDED_MAX
+
+
+def _decided(base: Experiment, new_id: str, delta: float, prediction: str,
+             falsifier: str) -> Experiment:
+    """A decided rerun of `base`: the same grid scored on the whole split,
+    with the power rule's seeds for `delta` and the n-gram column."""
+    n = seeds_needed(PILOT_SD[base.id], delta)
+    return replace(base, id=new_id, title=f"{base.title}, decided",
+                   prediction=prediction, falsifier=falsifier,
+                   seeds=tuple(range(n)), eval_text="split",
+                   metrics=(*base.metrics[:1], "below_ngram",
+                            *base.metrics[1:]))
+
+
+DELTA = {"E22": 0.03, "E23": 0.02, "E24": 0.03, "E25": 0.02, "E26": 0.02,
+         "E27": 0.02}  # the smallest effect of interest, nats
+_E22 = _decided(_E1, "E22", DELTA["E22"], prediction=(
+    "The unscaled model is no better than the scaled one by more than "
+    "delta = 0.03 nats (the paired interval of unscaled - scaled lies "
+    "above -0.03), and its attention entropy after training is lower "
+    "(an interval below zero)."), falsifier=(
+    "unscaled better than scaled by more than 0.03 nats (the whole "
+    "interval below -0.03)."))
+_E23 = _decided(_E2, "E23", DELTA["E23"], prediction=(
+    "4 heads beat 1 head by more than delta = 0.02 nats; 8 heads are "
+    "within 0.02 nats of 4; 16 heads (6 dimensions each) are worse than 4 "
+    "by more than 0.02 nats: a head becomes too narrow between widths 12 "
+    "and 6."), falsifier=(
+    "16 heads within 0.02 nats of 4 heads (no head in range is too "
+    "narrow), or 1 head within 0.02 nats of 4."))
+_E24 = _decided(_E3, "E24", DELTA["E24"], prediction=(
+    "Ratio 4 beats ratio 1 by more than delta = 0.03 nats, and ratio 8 is "
+    "within 0.03 nats of ratio 4 (shrinking returns) at 800 steps."),
+    falsifier="ratio 1 within 0.03 nats of ratio 4.")
+_E25 = _decided(_E5, "E25", DELTA["E25"], prediction=(
+    "RMSNorm and LayerNorm are equivalent within delta = 0.02 nats (the "
+    "whole paired interval inside +-0.02). The speed half of E5 is a "
+    "benchmark's question (interleaved timing), not this grid's."),
+    falsifier=(
+    "a paired interval wholly outside +-0.02 nats (one norm better by "
+    "more than delta)."))
+_E26 = _decided(_E7, "E26", DELTA["E26"], prediction=(
+    "At lr 1e-3, no warm-up is equivalent to 50 warm-up steps within "
+    "delta = 0.02 nats; at lr 1e-2, 50 warm-up steps beat none by more "
+    "than 0.02 nats."), falsifier=(
+    "at lr 1e-2, no warm-up no worse than warm-up (the whole interval of "
+    "none - warm-up below 0.02)."))
+_E27 = _decided(_E8, "E27", DELTA["E27"], prediction=(
+    "Untying (24,672 more parameters) is no better than tying by more "
+    "than delta = 0.02 nats: the paired interval of untied - tied lies "
+    "above -0.02."), falsifier=(
+    "untied better than tied by more than 0.02 nats (the whole interval "
+    "below -0.02)."))
+
+
 EXPERIMENTS = {e.id: e for e in (
     _E1, _E2, _E3, _E4, _E5, _E6, _E7, _E8, _E9, _E10, _E11, _E12, _E13,
-    _E14, _E15, _E16, _E17, _E18, _E19, _E20)}
+    _E14, _E15, _E16, _E17, _E18, _E19, _E20, _E22, _E23, _E24, _E25,
+    _E26, _E27)}
