@@ -12,7 +12,8 @@ from transformer.attention import attention, causal_mask
 from transformer.grouped import (grouped_attention, grouped_cache_bytes,
                                  grouped_heads)
 from transformer.kv_cache import generate, make_caches
-from transformer.model import GPT, GPTConfig, gpt_param_count, save_hf_gpt2
+from transformer.hf_files import save_hf_gpt2
+from transformer.model import GPT, GPTConfig, gpt_param_count
 
 BASE = GPTConfig(vocab_size=64, block_size=32, n_layer=2, n_head=4,
                  n_embd=32)

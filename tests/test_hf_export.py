@@ -10,7 +10,7 @@ import torch
 from transformers import GPT2LMHeadModel
 
 from transformer import GPT, GPTConfig
-from transformer.model import hf_gpt2_config, save_hf_gpt2
+from transformer.hf_files import hf_gpt2_config, save_hf_gpt2
 
 BASE = dict(vocab_size=97, block_size=24, n_layer=2, n_head=4, n_embd=32)
 CONFIGS = [

@@ -17,7 +17,7 @@ LAYERS = [
     ("mechanism", {"attention", "positions", "kernels", "grouped", "tiled"}),
     # the cost model is formulas over the model's config (and a timing of
     # its block): it sits with the model, below decoding, which uses it
-    ("model", {"model", "cost_model", "diagnostics"}),
+    ("model", {"model", "cost_model", "diagnostics", "hf_files"}),
     ("decoding and training", {"sampling", "kv_cache", "optim", "baseline",
                                "training", "calibration", "recall",
                                "training_checks", "checkpoint", "ngram",

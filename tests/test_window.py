@@ -9,7 +9,8 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from transformer.attention import attention
-from transformer.model import GPT, GPTConfig, save_hf_gpt2
+from transformer.hf_files import save_hf_gpt2
+from transformer.model import GPT, GPTConfig
 from transformer.tiled import tiled_attention
 from transformer.window import RollingKVCache, rolling_logits, visible_keys
 

@@ -9,11 +9,11 @@ import torch
 
 def hf_gpt2(config, attn: str = "eager", seed: int = 0):
     """A randomly initialised `GPT2LMHeadModel` of `config`'s shape (through
-    `transformer.model.hf_gpt2_config`, the export's own mapping), in eval
+    `transformer.hf_files.hf_gpt2_config`, the export's own mapping), in eval
     mode, with the attention implementation `attn`."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from transformer.model import hf_gpt2_config
+    from transformer.hf_files import hf_gpt2_config
 
     torch.manual_seed(seed)
     cfg = GPT2Config.from_dict(hf_gpt2_config(config))

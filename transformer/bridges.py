@@ -43,9 +43,9 @@ def bridges_dir(exp_id: str, root: Path | None = None,
 def bridge_record(exp: Experiment, name: str, root: Path | None = None,
                   log=print) -> dict:
     """Rerun the committed record `name` (a file under records_dir) of
-    `exp` with the code of this process (experiments.CODE_COMMIT, clean) and write a
-    bridge from the record's commit to this one when the curves are
-    bit-identical: {"from", "to", "record", "digest", "identical"}; the
+    `exp` with the code of this process (experiments.CODE_COMMIT, clean)
+    and write a bridge from the record's commit to this one when the
+    curves are bit-identical: {"from", "to", "record", "digest", "identical"}; the
     bridge is written either way, so a failed reproduction is on record.
     Section "Grids that outlive a commit"."""
     path = records_dir(exp.id, root, exp.is_smoke) / name
