@@ -10,7 +10,7 @@ from transformer.lookup import (LOOKUP_TASK, LookupMLP, attention_maps,
                                 evaluate_lookup, induction_score,
                                 lookup_batch, lookup_gate, lookup_gpt,
                                 lookup_mlp, lookup_mlp_params, loglog_slope,
-                                params_needed, previous_token_score,
+                                previous_token_score,
                                 train_lookup)
 
 K, V = LOOKUP_TASK["n_keys"], LOOKUP_TASK["n_values"]
@@ -196,9 +196,7 @@ def test_training_is_deterministic_and_scores_answers_only():
                             * (ev["n"] - ev["n_in"])) / ev["n"]) < 1e-6
 
 
-def test_params_needed_and_slope():
-    assert params_needed([(100, 0.5), (400, 0.96), (200, 0.95)]) == 200
-    assert params_needed([(100, 0.5), (200, None)]) is None
+def test_loglog_slope():
     assert abs(loglog_slope([32, 64, 128, 256], [10, 10, 10, 10])) < 1e-12
     assert abs(loglog_slope([32, 64, 128], [3, 6, 12]) - 1.0) < 1e-12
     with pytest.raises(ValueError):

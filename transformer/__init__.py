@@ -175,7 +175,6 @@ _WHERE = {  # public name -> module defining it
     "induction_score": "lookup",
     "lookup_diagnostics": "lookup",
     "lookup_gate": "lookup",
-    "params_needed": "lookup",
     "loglog_slope": "lookup",
     "measure_e10": "ablations",
     "measure_e13": "ablations",

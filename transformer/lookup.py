@@ -15,7 +15,6 @@ __all__ = [
     "induction_score",
     "lookup_diagnostics",
     "lookup_gate",
-    "params_needed",
     "loglog_slope",
 ]
 
@@ -398,13 +397,6 @@ def lookup_gate(attn: list[dict], mlp: list[dict], bar: float = 0.95,
                                   f"{limit:.4f}")
     return {"passed": not misses, "misses": misses, "bar": bar,
             "margin": margin, "n_attn": len(attn), "n_mlp": len(mlp)}
-
-
-def params_needed(rungs: list[tuple[int, float]], bar: float = 0.95):
-    """The smallest parameter count among (params, accuracy) rungs whose
-    accuracy reaches `bar`, or None if none does. Section "E15b"."""
-    ok = [n for n, a in rungs if a is not None and a >= bar]
-    return min(ok) if ok else None
 
 
 def loglog_slope(xs: list[float], ys: list[float]) -> float:
