@@ -265,7 +265,7 @@ RETIRED_RUN_FIELDS = {"compile": False}
 IN_PROGRESS = {"E20"}
 # Declared and not started: no record may exist yet (the first one moves
 # the id to IN_PROGRESS); chapter 15 shows their tables as "not run".
-NOT_STARTED = {"E22", "E23", "E24", "E25", "E26", "E27"}
+NOT_STARTED = {"E21", "E22", "E23", "E24", "E25", "E26", "E27"}
 
 
 def _hashable(stratum):
@@ -772,3 +772,32 @@ def test_arms_share_initial_weights_where_the_chapter_says():
             assert same == want, eid
             if want:
                 assert len(common) >= 0.8 * len(sds[0])
+
+
+def test_e21_runs_each_arms_best_screened_cell():
+    """Stage 2 of E6 rebuilt: for every arm but pre-norm (whose cells wait
+    on amendment 1), E21's cell at each depth is the best finite cell of
+    E19 and E20 (lowest held-out loss), at E6B_STEPS with the same warm-up
+    fraction, the same final-lr rule, five seeds, on the whole split."""
+    from transformer.ablations import E6B_BEST, E6B_SEEDS, E6B_STEPS
+    from transformer.experiments import load_runs
+    e19, e21 = EXPERIMENTS["E19"], EXPERIMENTS["E21"]
+    recs = load_runs("E19", ROOT) + load_runs("E20", ROOT)
+    best = {}
+    for r in recs:
+        key = (r["stratum"][0], r["value"])
+        if r["final"]["diverged"] or key[1] == "pre":
+            continue
+        if key not in best or r["final"]["val_loss"] < best[key][0]:
+            best[key] = (r["final"]["val_loss"], r["stratum"][1],
+                         r["stratum"][3] / e19.run["steps"])
+    assert {k: (lr, f) for k, (_, lr, f) in best.items()} == E6B_BEST
+    got = {(s[0], v): s for s, v in e21.pairs()}
+    assert set(got) == set(E6B_BEST)
+    for (L, arm), (lr, f) in E6B_BEST.items():
+        assert got[L, arm] == (L, lr, float(f"{lr / 10:.3g}"),
+                               round(f * E6B_STEPS))
+        mc, tc = e21.configs(got[L, arm], arm, 0)
+        assert (mc.n_layer, tc.lr, tc.steps) == (L, lr, E6B_STEPS)
+    assert e21.seeds == E6B_SEEDS and len(E6B_SEEDS) >= 5
+    assert e21.eval_text == "split" and "grads_step10" in e21.extras

@@ -174,6 +174,51 @@ _E20 = replace(
                 if c[0] == L))
 
 
+# (depth, arm): (peak lr, warm-up as a fraction of the steps), the best
+# finite cell of E19 and E20 for the arms other than pre-norm
+E6B_BEST = {
+    (2, "post"): (1e-2, 0.3), (2, "post-sqrtd"): (1e-2, 0.3),
+    (2, "deepnorm"): (1e-2, 0.3),
+    (4, "post"): (3e-3, 0.3), (4, "post-sqrtd"): (3e-3, 0.3),
+    (4, "deepnorm"): (1e-2, 0.3),
+    (8, "post"): (1e-3, 0.3), (8, "post-sqrtd"): (3e-3, 0.3),
+    (8, "deepnorm"): (3e-3, 0.3),
+    (16, "post"): (1e-3, 0.3), (16, "post-sqrtd"): (3e-3, 0.3),
+    (16, "deepnorm"): (3e-3, 0.3)}
+E6B_SEEDS = (0, 1, 2, 3, 4)
+
+
+def _best_cells(best: dict) -> tuple:
+    """((depth, peak lr, final lr, warm-up steps), arm) at stage 2's budget
+    for a {(depth, arm): (lr, warm-up fraction)} table."""
+    return tuple(((L, lr, float(f"{lr / 10:.3g}"), round(f * E6B_STEPS)),
+                  arm) for (L, arm), (lr, f) in best.items())
+
+
+_E21 = replace(
+    _E19, id="E21",
+    title="E6 rebuilt, stage 2: five paired seeds at each arm's best cell",
+    prediction=(
+        "As the literature has it (Liu et al. 2020; Takase et al.), "
+        "post-norm with GPT-2's embedding scale is within 0.05 nats of "
+        "pre-norm (best cell against best cell, paired by seed) at depths "
+        "2 and 4 and worse by more than 0.05 nats at depth 16, so the "
+        "failure depth is 8 or 16; DeepNorm is within 0.05 nats of "
+        "pre-norm at every depth. At step 10, as E19 measured at step 0, "
+        "the last block's gradient norm changes by less than a factor of "
+        "2 from depth 2 to depth 16 for every placement."),
+    falsifier=(
+        "post-norm within 0.05 nats of pre-norm at depth 16 (no failure "
+        "depth in range), or worse by more than 0.05 nats already at "
+        "depth 2."),
+    seeds=E6B_SEEDS, screen=False, run={**_BYTE_RUN, "steps": E6B_STEPS},
+    strata=tuple(dict.fromkeys(c for c, _ in _best_cells(E6B_BEST))),
+    cells=_best_cells(E6B_BEST), extras=("init_grads", "grads_step10"),
+    eval_text="split",
+    metrics=("val_loss", "below_ngram", *_REFS, "train_loss",
+             "log10_max_grad_norm"))
+
+
 _E2 = Experiment(
     "E2", "Head count at fixed width", "n_head", (1, 2, 4, 8, 16),
     prediction=(
@@ -578,5 +623,5 @@ _E27 = _decided(_E8, "E27", DELTA["E27"], prediction=(
 
 EXPERIMENTS = {e.id: e for e in (
     _E1, _E2, _E3, _E4, _E5, _E6, _E7, _E8, _E9, _E10, _E11, _E12, _E13,
-    _E14, _E15, _E16, _E17, _E18, _E19, _E20, _E22, _E23, _E24, _E25,
+    _E14, _E15, _E16, _E17, _E18, _E19, _E20, _E21, _E22, _E23, _E24, _E25,
     _E26, _E27)}
