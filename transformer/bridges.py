@@ -45,9 +45,9 @@ def bridge_record(exp: Experiment, name: str, root: Path | None = None,
     """Rerun the committed record `name` (a file under records_dir) of
     `exp` with the code of this process (experiments.CODE_COMMIT, clean)
     and write a bridge from the record's commit to this one when the
-    curves are bit-identical: {"from", "to", "record", "digest", "identical"}; the
-    bridge is written either way, so a failed reproduction is on record.
-    Section "Grids that outlive a commit"."""
+    curves are bit-identical: {"from", "to", "record", "digest",
+    "identical"}; the bridge is written either way, so a failed
+    reproduction is on record. Section "Grids that outlive a commit"."""
     path = records_dir(exp.id, root, exp.is_smoke) / name
     rec = read_record(path)
     if rec is None or rec.get("experiment") != exp.id:

@@ -210,6 +210,8 @@ def _smoke_experiment(exp: Experiment) -> Experiment:
         strata = tuple(dict.fromkeys(s for s, _ in exp.cells))
     if exp.stratum == "n_layer":
         strata = (1, 2)
+    elif exp.stratum == "steps":  # a budget study: budgets of seconds
+        strata = (3, 4)
     elif len(strata) > 2:
         strata = strata[:2]
     warmups = list(values) if exp.variable == "warmup_steps" else []
