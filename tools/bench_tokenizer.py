@@ -47,7 +47,6 @@ import io
 import json
 import platform
 import pstats
-import random
 import statistics
 import sys
 import time
@@ -66,6 +65,7 @@ from tokenizers import trainers  # noqa: E402
 from tiktoken.load import load_tiktoken_bpe  # noqa: E402
 
 from transformer import BPETokenizer, load_corpus, train_val_split  # noqa
+from transformer.stats import bootstrap_ci  # noqa: E402
 from transformer.tokenizer import END_OF_TEXT, GPT2_PATTERN  # noqa: E402
 import literate  # noqa: E402
 import oracles  # noqa: E402
@@ -88,16 +88,14 @@ def timed(fn):
 
 
 def summary(xs, n_boot=2000, seed=0):
-    """p50, p95, min, max and a 95% bootstrap interval on the median."""
+    """p50, p95, min, max and a 95% bootstrap interval on the median (the
+    book's one bootstrap, transformer.stats.bootstrap_ci)."""
     xs = sorted(xs)
-    rng = random.Random(seed)
-    meds = sorted(statistics.median(rng.choices(xs, k=len(xs)))
-                  for _ in range(n_boot))
     p95 = xs[min(len(xs) - 1, round(0.95 * (len(xs) - 1)))]
     return {"n": len(xs), "p50": statistics.median(xs), "p95": p95,
             "min": xs[0], "max": xs[-1],
-            "p50_ci95": [meds[int(0.025 * n_boot)],
-                         meds[int(0.975 * n_boot) - 1]]}
+            "p50_ci95": list(bootstrap_ci(xs, "median", n_boot=n_boot,
+                                          seed=seed))}
 
 
 def loadavg():
