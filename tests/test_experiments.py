@@ -272,7 +272,8 @@ RETIRED_RUN_FIELDS = {"compile": False}
 IN_PROGRESS = {"E20"}
 # Declared and not started: no record may exist yet (the first one moves
 # the id to IN_PROGRESS); chapter 15 shows their tables as "not run".
-NOT_STARTED = {"E21", "E22", "E23", "E24", "E25", "E26", "E27", "E30"}
+NOT_STARTED = {"E21", "E22", "E23", "E24", "E25", "E26", "E27", "E30",
+               "E31"}
 
 
 def _hashable(stratum):
@@ -759,6 +760,12 @@ def test_decided_reruns_follow_the_declared_power_rule():
         for f in ("variable", "values", "model", "run", "stratum", "strata",
                   "overrides", "extras"):
             assert getattr(e, f) == getattr(base, f), (new, f)
+    e31 = EXPERIMENTS["E31"]  # E2's grid with the key/value heads varied
+    assert e31.seeds == tuple(range(seeds_needed(PILOT_SD["E2"],
+                                                 DELTA["E31"])))
+    assert (e31.variable, e31.values) == ("n_kv_head", (1, 2, 4))
+    assert e31.model == EXPERIMENTS["E2"].model and e31.eval_text == "split"
+    assert {e31.configs(None, v)[0].n_head for v in e31.values} == {4}
 
 
 def test_arms_share_initial_weights_where_the_chapter_says():

@@ -569,10 +569,11 @@ def seeds_needed(sd: float, delta: float, level: float = 0.95) -> int:
 
 
 def _decided(base: Experiment, new_id: str, delta: float, prediction: str,
-             falsifier: str) -> Experiment:
+             falsifier: str, pilot: str | None = None) -> Experiment:
     """A decided rerun of `base`: the same grid scored on the whole split,
-    with the power rule's seeds for `delta` and the n-gram column."""
-    n = seeds_needed(PILOT_SD[base.id], delta)
+    with the power rule's seeds for `delta` from the pilot spread of
+    `pilot` (base's own by default) and the n-gram column."""
+    n = seeds_needed(PILOT_SD[pilot or base.id], delta)
     return replace(base, id=new_id, title=f"{base.title}, decided",
                    prediction=prediction, falsifier=falsifier,
                    seeds=tuple(range(n)), eval_text="split",
@@ -581,7 +582,7 @@ def _decided(base: Experiment, new_id: str, delta: float, prediction: str,
 
 
 DELTA = {"E22": 0.03, "E23": 0.02, "E24": 0.03, "E25": 0.02, "E26": 0.02,
-         "E27": 0.02}  # the smallest effect of interest, nats
+         "E27": 0.02, "E31": 0.02}  # the smallest effect of interest, nats
 _E22 = _decided(_E1, "E22", DELTA["E22"], prediction=(
     "The unscaled model is no better than the scaled one by more than "
     "delta = 0.03 nats (the paired interval of unscaled - scaled lies "
@@ -621,6 +622,18 @@ _E27 = _decided(_E8, "E27", DELTA["E27"], prediction=(
     "below -0.02)."))
 
 
+_E31 = _decided(replace(
+    _E2, title="Key/value heads at four query heads", variable="n_kv_head",
+    values=(1, 2, 4), metrics=("val_loss", *_REFS, "n_params")),
+    "E31", DELTA["E31"], pilot="E2", prediction=(
+        "Two key/value heads are within delta = 0.02 nats of four (the "
+        "whole paired interval inside +-0.02), and one (multi-query) is "
+        "worse than four by more than 0.02 nats."),
+    falsifier=(
+        "one key/value head within 0.02 nats of four: sharing one head "
+        "costs nothing measurable at this width and budget."))
+
+
 BUDGETS = (400, 800, 1600)  # 1x, 2x and 4x the shared budget
 _E30 = replace(
     _E4, id="E30", title="E4's encodings at 1x, 2x and 4x the budget",
@@ -641,4 +654,4 @@ _E30 = replace(
 EXPERIMENTS = {e.id: e for e in (
     _E1, _E2, _E3, _E4, _E5, _E6, _E7, _E8, _E9, _E10, _E11, _E12, _E13,
     _E14, _E15, _E16, _E17, _E18, _E19, _E20, _E21, _E22, _E23, _E24, _E25,
-    _E26, _E27, _E30)}
+    _E26, _E27, _E30, _E31)}
