@@ -269,10 +269,10 @@ RETIRED_RUN_FIELDS = {"compile": False}
 # record there must already be right, the set need not be complete yet.
 # An id leaves this set when its grid is whole; chapter 15 and REPORT.md
 # say how many of its points have run.
-IN_PROGRESS = {"E20"}
+IN_PROGRESS = {"E21"}
 # Declared and not started: no record may exist yet (the first one moves
 # the id to IN_PROGRESS); chapter 15 shows their tables as "not run".
-NOT_STARTED = {"E21", "E22", "E23", "E24", "E25", "E26", "E27", "E30",
+NOT_STARTED = {"E28", "E22", "E23", "E24", "E25", "E26", "E27", "E30",
                "E31"}
 
 
@@ -815,3 +815,27 @@ def test_e21_runs_each_arms_best_screened_cell():
         assert (mc.n_layer, tc.lr, tc.steps) == (L, lr, E6B_STEPS)
     assert e21.seeds == E6B_SEEDS and len(E6B_SEEDS) >= 5
     assert e21.eval_text == "split" and "grads_step10" in e21.extras
+
+
+def test_e28_extends_the_pairs_whose_best_moved_to_3e_2():
+    """Amendment 1 applied again: E28 runs lr 1e-1 for exactly the pairs
+    whose best finite cell of E19 and E20 is at E20's 3e-2, with the same
+    warm-ups, seed and budget."""
+    from transformer.ablations import E6B_EDGE2, E6B_NEXT_LR
+    from transformer.experiments import load_runs
+    e20, e28 = EXPERIMENTS["E20"], EXPERIMENTS["E28"]
+    recs = load_runs("E19", ROOT) + load_runs("E20", ROOT)
+    assert len(load_runs("E20", ROOT)) == len(e20.points())
+    best = {}
+    for r in recs:
+        if r["final"]["diverged"]:
+            continue
+        key = (r["stratum"][0], r["value"])
+        if key not in best or r["final"]["val_loss"] < best[key][0]:
+            best[key] = (r["final"]["val_loss"], r["stratum"][1])
+    moved = {k for k, (_, lr) in best.items() if lr == E6B_NEXT_LR}
+    assert set(E6B_EDGE2) == moved
+    assert {(s[0], v) for s, v in e28.pairs()} == moved
+    assert {s[1:3] for s, _ in e28.pairs()} == {(1e-1, 1e-2)}
+    assert {s[3] for s, _ in e28.pairs()} == {s[3] for s in e20.strata}
+    assert e28.seeds == e20.seeds and e28.run == e20.run

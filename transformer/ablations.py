@@ -174,6 +174,27 @@ _E20 = replace(
                 if c[0] == L))
 
 
+E6B_NEXT_LR2 = 1e-1  # the column after 3e-2
+# the (depth, arm) pairs whose best E19 or E20 cell is at lr 3e-2
+E6B_EDGE2 = ((2, "pre"), (4, "pre"), (8, "pre"), (16, "pre"))
+_E28_STRATA = _e6b_cells(E6B_STEPS // 2, (E6B_NEXT_LR2,))
+
+_E28 = replace(
+    _E20, id="E28",
+    title="E6 rebuilt, amendment 1 again: lr 1e-1 where the best was 3e-2",
+    prediction=(
+        "Pre-norm's best cell stays at lr 3e-2: at 1e-1 every cell ends "
+        "worse than the pair's best 3e-2 cell, and at least one of the "
+        "three diverges or ends within 0.05 nats of the unigram at every "
+        "depth."),
+    falsifier=(
+        "a 1e-1 cell better than the pair's best screened cell by more "
+        "than 0.02 nats; then the column 3e-1 follows for that pair."),
+    strata=_E28_STRATA,
+    cells=tuple((c, arm) for c in _E28_STRATA for L, arm in E6B_EDGE2
+                if c[0] == L))
+
+
 # (depth, arm): (peak lr, warm-up as a fraction of the steps), the best
 # finite cell of E19 and E20 for the arms other than pre-norm
 E6B_BEST = {
@@ -654,4 +675,4 @@ _E30 = replace(
 EXPERIMENTS = {e.id: e for e in (
     _E1, _E2, _E3, _E4, _E5, _E6, _E7, _E8, _E9, _E10, _E11, _E12, _E13,
     _E14, _E15, _E16, _E17, _E18, _E19, _E20, _E21, _E22, _E23, _E24, _E25,
-    _E26, _E27, _E30, _E31)}
+    _E26, _E27, _E28, _E30, _E31)}
