@@ -128,11 +128,9 @@ def _check_experiment(exp) -> None:
 @dataclass(frozen=True)
 class Experiment:
     """One declared experiment: a grid over ONE `variable` (a GPTConfig or
-    TrainConfig field), optionally repeated at each value of a `stratum` field
-    (E6's depth), with fixed data, a fixed recipe and token budget, a list
-    of seeds, and the prediction and its falsifier, written before any run;
-    `metrics` are the columns its summary table shows. Section "Declaring
-    an experiment"."""
+    TrainConfig field), at each value of an optional `stratum`, with fixed
+    data, recipe, budget and seeds, and the prediction and falsifier
+    written before any run. Section "Declaring an experiment"."""
     id: str
     title: str
     variable: str
@@ -150,10 +148,7 @@ class Experiment:
     metrics: tuple = ("val_loss",)
     is_smoke: bool = False
     screen: bool = False  # a screening grid: one seed allowed, no intervals
-    # when given, the only (stratum, value) pairs the grid runs, a subset
-    # of strata x values: E20 extends only the arms whose best cell sat at
-    # the edge of E19's grid, E21 runs each arm's own best cell
-    cells: tuple = ()
+    cells: tuple = ()  # if given, the (stratum, value) pairs run (E20, E21)
     eval_text: str = "batches"  # or "split" (EVAL_TEXTS)
 
     def __post_init__(self):
@@ -172,11 +167,9 @@ class Experiment:
 
     def configs(self, stratum, value,
                 seed: int = 0) -> tuple[GPTConfig, TrainConfig]:
-        """The model and training configuration of one grid point and
-        seed: RECIPE, then the declaration's `run`, then the stratum and
-        the variable, then the arm's `overrides` (E6 gives post-norm its
-        own learning rate and warm-up). Raises ValueError on an
-        inconsistent combination, as the dataclasses do."""
+        """The configurations of one point and seed: RECIPE, `run`, the
+        stratum and variable, then the arm's `overrides`; ValueError on an
+        inconsistent combination, as the dataclasses raise."""
         m = {"vocab_size": self.vocab_size, **self.model}
         r = {**RECIPE, **self.run, "seed": seed}
         pairs = [*_stratum_pairs(self, stratum), (self.variable, value),
@@ -187,8 +180,7 @@ class Experiment:
         return GPTConfig(**m), TrainConfig(**r)
 
     def smoke(self) -> "Experiment":
-        """A seconds-long version: tiny width, few steps, two seeds, two
-        strata at most; the variable keeps all its values."""
+        """A seconds-long version: _smoke_experiment."""
         return _smoke_experiment(self)
 
 
