@@ -659,6 +659,19 @@ def test_step10_gradients_are_recorded_without_changing_training(data):
     assert losses_digest(a) == losses_digest(b)
 
 
+def _best_screened_cells(recs) -> dict:
+    """{(depth, arm): the record of its lowest finite held-out loss} over
+    E6 rebuilt's screening records (E19, E20)."""
+    best = {}
+    for r in recs:
+        key = (r["stratum"][0], r["value"])
+        if not r["final"]["diverged"] and (
+                key not in best
+                or r["final"]["val_loss"] < best[key]["final"]["val_loss"]):
+            best[key] = r
+    return best
+
+
 def test_e20_extends_exactly_the_edge_cells():
     """Amendment 1 of E6 rebuilt: E20 runs the column lr 3e-2 for exactly
     the (depth, arm) pairs whose best finite stage-1 (E19) cell is at the
@@ -668,14 +681,8 @@ def test_e20_extends_exactly_the_edge_cells():
     e19, e20 = EXPERIMENTS["E19"], EXPERIMENTS["E20"]
     recs = load_runs("E19", ROOT)
     assert len(recs) == len(e19.points())
-    best = {}
-    for r in recs:
-        if r["final"]["diverged"]:
-            continue
-        key = (r["stratum"][0], r["value"])
-        if key not in best or r["final"]["val_loss"] < best[key][0]:
-            best[key] = (r["final"]["val_loss"], r["stratum"][1])
-    edge = {k for k, (_, lr) in best.items() if lr == max(E6B_LRS)}
+    best = _best_screened_cells(recs)
+    edge = {k for k, r in best.items() if r["stratum"][1] == max(E6B_LRS)}
     assert set(E6B_EDGE) == edge
     assert {(s[0], v) for s, v in e20.pairs()} == edge
     assert {s[3] for s, _ in e20.pairs()} == {s[3] for s in e19.strata}
@@ -797,15 +804,9 @@ def test_e21_runs_each_arms_best_screened_cell():
     from transformer.experiments import load_runs
     e19, e21 = EXPERIMENTS["E19"], EXPERIMENTS["E21"]
     recs = load_runs("E19", ROOT) + load_runs("E20", ROOT)
-    best = {}
-    for r in recs:
-        key = (r["stratum"][0], r["value"])
-        if r["final"]["diverged"] or key[1] == "pre":
-            continue
-        if key not in best or r["final"]["val_loss"] < best[key][0]:
-            best[key] = (r["final"]["val_loss"], r["stratum"][1],
-                         r["stratum"][3] / e19.run["steps"])
-    assert {k: (lr, f) for k, (_, lr, f) in best.items()} == E6B_BEST
+    best = {k: (r["stratum"][1], r["stratum"][3] / e19.run["steps"])
+            for k, r in _best_screened_cells(recs).items() if k[1] != "pre"}
+    assert best == E6B_BEST
     got = {(s[0], v): s for s, v in e21.pairs()}
     assert set(got) == set(E6B_BEST)
     for (L, arm), (lr, f) in E6B_BEST.items():
@@ -826,14 +827,8 @@ def test_e28_extends_the_pairs_whose_best_moved_to_3e_2():
     e20, e28 = EXPERIMENTS["E20"], EXPERIMENTS["E28"]
     recs = load_runs("E19", ROOT) + load_runs("E20", ROOT)
     assert len(load_runs("E20", ROOT)) == len(e20.points())
-    best = {}
-    for r in recs:
-        if r["final"]["diverged"]:
-            continue
-        key = (r["stratum"][0], r["value"])
-        if key not in best or r["final"]["val_loss"] < best[key][0]:
-            best[key] = (r["final"]["val_loss"], r["stratum"][1])
-    moved = {k for k, (_, lr) in best.items() if lr == E6B_NEXT_LR}
+    moved = {k for k, r in _best_screened_cells(recs).items()
+             if r["stratum"][1] == E6B_NEXT_LR}
     assert set(E6B_EDGE2) == moved
     assert {(s[0], v) for s, v in e28.pairs()} == moved
     assert {s[1:3] for s, _ in e28.pairs()} == {(1e-1, 1e-2)}
