@@ -23,6 +23,7 @@ import torch
 
 from transformer import cli
 from transformer.checkpoint import _digest, load_checkpoint
+from test_cli import interactive  # SIGINT in the child as a shell leaves it
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["--set", "steps=2", "--set", "n_layer=1", "--set", "n_head=2", "--set", "n_embd=32",
@@ -474,7 +475,8 @@ def test_M_exit_signal():
             "rc = main()\nos.kill(os.getpid(), signal.SIGINT)\n"
             "os.kill(os.getpid(), signal.SIGTERM)\nraise SystemExit(rc)\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True,
-                       text=True, timeout=120, cwd=ROOT)
+                       text=True, timeout=120, cwd=ROOT,
+                       preexec_fn=interactive)
     assert r.returncode == 0, r.stderr
     assert "Traceback" not in r.stderr and "KeyboardInterrupt" not in \
         r.stderr, r.stderr
@@ -487,7 +489,7 @@ def _start(env, ckpt, *more):
     return subprocess.Popen(
         [sys.executable, "-m", "transformer", *map(str, more)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=env_vars, cwd=ROOT)
+        env=env_vars, cwd=ROOT, preexec_fn=interactive)
 
 
 def _wait_line(proc, word, timeout=120):
