@@ -184,3 +184,22 @@ def test_equivalence_and_no_worse_verdicts():
         no_worse_verdict((0.0, 0.1), -0.1)
     with pytest.raises(ValueError, match="interval"):
         equivalence_verdict((0.1, 0.0), 0.02)
+
+
+def test_percentile_interval_and_resampler_are_the_bootstrap_parts():
+    """bootstrap_ci is resample_units, a statistic and percentile_interval:
+    the same seed gives the same interval through the parts; the
+    resampler's indices are in range, one row per replicate."""
+    from transformer.stats import percentile_interval, resample_units
+    reps = torch.arange(101, dtype=torch.float64)  # quantiles are exact
+    lo, hi = percentile_interval(reps, 0.9)
+    assert abs(lo - 5.0) < 1e-12 and abs(hi - 95.0) < 1e-12
+    idx = resample_units(7, 300, torch.Generator().manual_seed(0))
+    assert idx.shape == (300, 7) and int(idx.min()) >= 0 \
+        and int(idx.max()) <= 6
+    xs = [0.3, 1.2, 2.0, 2.2, 3.9, 4.1, 7.0]
+    by_hand = percentile_interval(torch.tensor(xs, dtype=torch.float64)[
+        resample_units(7, 500, torch.Generator().manual_seed(4))].median(
+            dim=-1).values, 0.8)
+    assert bootstrap_ci(xs, lambda x: x.median(dim=-1).values, level=0.8,
+                        n_boot=500, seed=4) == by_hand

@@ -144,6 +144,8 @@ _WHERE = {  # public name -> module defining it
     "normal_quantile": "stats",
     "t_cdf": "stats",
     "t_quantile": "stats",
+    "resample_units": "stats",
+    "percentile_interval": "stats",
     "bootstrap_ci": "stats",
     "summarize": "stats",
     "paired_difference": "stats",

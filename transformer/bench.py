@@ -36,7 +36,8 @@ from typing import Callable, Sequence
 import torch
 
 from transformer.data import atomic_write
-from transformer.stats import as_values, bootstrap_ci, check_level
+from transformer.stats import (as_values, bootstrap_ci, check_level,
+                               percentile_interval, resample_units)
 
 
 def _as_samples(samples, name: str = "samples") -> list[float]:
@@ -186,17 +187,12 @@ def ratio_of_medians_ci(samples_a: Sequence[float],
         raise ValueError("samples_a, samples_b: expected positive times")
     check_level(level)
     g = torch.Generator().manual_seed(seed)
-    n, m = a.numel(), b.numel()
-    idx = torch.randint(0, n, (n_boot, n), generator=g)  # (R, n), rounds
-    jdx = idx if paired else torch.randint(0, m, (n_boot, m),
-                                           generator=g)  # (R, m)
+    idx = resample_units(a.numel(), n_boot, g)  # (R, n), rounds
+    jdx = idx if paired else resample_units(b.numel(), n_boot, g)  # (R, m)
     ratios = (torch.quantile(a[idx], 0.5, dim=1)
               / torch.quantile(b[jdx], 0.5, dim=1))  # (R,)
-    q = (1.0 - level) / 2
-    lo, hi = torch.quantile(ratios, torch.tensor(
-        [q, 1.0 - q], dtype=torch.float64)).tolist()
     ratio = (torch.quantile(a, 0.5) / torch.quantile(b, 0.5)).item()
-    return ratio, lo, hi
+    return (ratio, *percentile_interval(ratios, level))
 
 
 def compare(fn_a: Callable[[], object], fn_b: Callable[[], object],

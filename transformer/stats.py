@@ -11,6 +11,8 @@ __all__ = [
     "normal_quantile",
     "t_cdf",
     "t_quantile",
+    "resample_units",
+    "percentile_interval",
     "bootstrap_ci",
     "summarize",
     "paired_difference",
@@ -173,6 +175,24 @@ def _statistic(statistic) -> Callable[[torch.Tensor], torch.Tensor]:
                      f"over the last axis, got {statistic!r}")
 
 
+def resample_units(n: int, n_boot: int,
+                   generator: torch.Generator) -> torch.Tensor:
+    """(n_boot, n) indices: n_boot resamples of n units with replacement,
+    the one resampler of the package (the timing appendix's ratio of
+    medians draws its rounds here too). Move 5."""
+    return torch.randint(0, n, (n_boot, n), generator=generator)  # (R, n)
+
+
+def percentile_interval(reps: torch.Tensor,
+                        level: float) -> tuple[float, float]:
+    """The (1 - level)/2 and (1 + level)/2 quantiles of the replicates
+    `reps` (R,): the percentile bootstrap's interval. Move 5."""
+    a = (1.0 - level) / 2
+    lo, hi = torch.quantile(reps.to(torch.float64), torch.tensor(
+        [a, 1.0 - a], dtype=torch.float64)).tolist()
+    return lo, hi
+
+
 def bootstrap_ci(values: Sequence[float], statistic="mean",
                  level: float = 0.95, n_boot: int = 4000,
                  seed: int = 0) -> tuple[float, float]:
@@ -186,13 +206,8 @@ def bootstrap_ci(values: Sequence[float], statistic="mean",
         raise ValueError(f"n_boot: expected an int >= 100, got {n_boot!r}")
     stat = _statistic(statistic)
     g = torch.Generator().manual_seed(seed)
-    idx = torch.randint(0, x.numel(), (n_boot, x.numel()),
-                        generator=g)  # (R, n)
-    reps = stat(x[idx]).to(torch.float64)  # (R,)
-    a = (1.0 - level) / 2
-    lo, hi = torch.quantile(reps, torch.tensor(
-        [a, 1.0 - a], dtype=torch.float64)).tolist()
-    return lo, hi
+    idx = resample_units(x.numel(), n_boot, g)  # (R, n)
+    return percentile_interval(stat(x[idx]), level)
 
 
 def summarize(values: Sequence[float], level: float = 0.95,
