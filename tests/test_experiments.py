@@ -834,3 +834,20 @@ def test_e28_extends_the_pairs_whose_best_moved_to_3e_2():
     assert {s[1:3] for s, _ in e28.pairs()} == {(1e-1, 1e-2)}
     assert {s[3] for s, _ in e28.pairs()} == {s[3] for s in e20.strata}
     assert e28.seeds == e20.seeds and e28.run == e20.run
+
+
+def test_target_met_is_the_one_target_vocabulary():
+    """Performance targets: met when every interval clears the target,
+    not met when one misses it wholly, else at the target; at_most
+    mirrors it; a bare interval and (estimate, lo, hi) read the same."""
+    from transformer.verdicts import TARGET_WORDS, target_met
+    met, missed, at = TARGET_WORDS
+    assert target_met([(1.6, 1.9)], 1.5) == met
+    assert target_met([(1.7, 1.6, 1.9), (1.5, 1.5, 1.6)], 1.5) == met
+    assert target_met([(1.6, 1.9), (1.0, 1.4)], 1.5) == missed
+    assert target_met([(1.4, 1.6)], 1.5) == at
+    assert target_met([(1.1, 1.0, 1.2)], 1.25, at_most=True) == met
+    assert target_met([(1.3, 1.4)], 1.25, at_most=True) == missed
+    assert target_met([(1.2, 1.3)], 1.25, at_most=True) == at
+    with pytest.raises(ValueError, match="intervals: expected at least"):
+        target_met([], 1.0)

@@ -21,8 +21,8 @@ Section "E15b" of chapter "Ablations" reads the records.
 from __future__ import annotations
 
 import json
-import os
 import platform
+import signal
 import subprocess
 import sys
 import time
@@ -33,6 +33,8 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+from transformer.data import atomic_write  # noqa: E402
+from transformer.training import TrainingInterrupted  # noqa: E402
 from transformer.lookup import (LOOKUP_TASK, evaluate_lookup,  # noqa: E402
                                 lookup_diagnostics, lookup_gpt, lookup_mlp,
                                 train_lookup)
@@ -315,12 +317,17 @@ def main(argv):
                 return 0
         job = todo[0]
         print(f"{time.strftime('%H:%M:%S')} {job['name']}", flush=True)
-        rec = run(job)
-        (OUT / job["phase"]).mkdir(parents=True, exist_ok=True)
+        try:
+            rec = run(job)
+        except TrainingInterrupted as stop:  # Ctrl-C or SIGTERM
+            print(f"{job['name']}: interrupted by "
+                  f"{signal.Signals(stop.signum).name} at step {stop.step}; "
+                  f"{CKPT / (job['name'] + '.pt')} holds step "
+                  f"{stop.saved_step or 0} (run the same command to "
+                  f"resume); finished rungs are kept", file=sys.stderr)
+            return 128 + stop.signum
         path = OUT / job["phase"] / f"{job['name']}.json"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(rec, indent=1) + "\n")
-        os.replace(tmp, path)
+        atomic_write(path, json.dumps(rec, indent=1) + "\n")
         for done in (CKPT / f"{job['name']}.pt",
                      CKPT / f"{job['name']}.curve.json"):
             done.unlink(missing_ok=True)

@@ -269,6 +269,7 @@ _WHERE = {  # public name -> module defining it
     "judge": "verdicts",
     "all_of": "verdicts",
     "fired": "verdicts",
+    "target_met": "verdicts",
 }
 
 import importlib as _importlib

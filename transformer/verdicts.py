@@ -10,6 +10,7 @@ __all__ = [
     "judge",
     "all_of",
     "fired",
+    "target_met",
 ]
 
 
@@ -55,3 +56,23 @@ def fired(verdict: str) -> str:
     """A falsifier's verdict in the words the chapter uses for it."""
     return {"held": "fired", "failed": "did not fire",
             "inconclusive": "inconclusive"}[verdict]
+
+
+TARGET_WORDS = ("met", "not met", "at the target within the interval")
+
+
+def target_met(intervals, target: float, at_most: bool = False) -> str:
+    """The verdict on a performance target from intervals, each (lo, hi)
+    or (estimate, lo, hi): "met" when every interval lies at or above
+    `target` (at or below with at_most), "not met" when one lies wholly
+    on the wrong side, else "at the target within the interval". Section
+    "Verdicts from paired intervals"."""
+    spans = [tuple(iv)[-2:] for iv in intervals]
+    if not spans:
+        raise ValueError("intervals: expected at least one interval")
+    if at_most:  # mirror: at most t on x is at least -t on -x
+        spans, target = [(-hi, -lo) for lo, hi in spans], -target
+    if all(lo >= target for lo, _ in spans):
+        return TARGET_WORDS[0]
+    return (TARGET_WORDS[1] if any(hi < target for _, hi in spans)
+            else TARGET_WORDS[2])
