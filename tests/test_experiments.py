@@ -224,32 +224,19 @@ def _committed(exp_id):
 
 
 def _bridges(exp_id):
-    return [json.loads(p.read_text()) for p in
-            sorted((ROOT / exp_id / "bridges").glob("*.json"))]
+    from transformer.bridges import read_bridges
+    return read_bridges(exp_id, ROOT)
 
 
 def _one_clean_revision(exp_id, recs, bridges=()):
     """All records of a table from one clean commit, or from clean commits
-    joined by bridges (chapter 15, "Grids that outlive a commit"): a
-    bridge counts only if it names a record of its `from` commit whose own
-    curves have the digest the rerun at `to` had."""
+    joined by bridges that hold (bridges.joined_revisions)."""
+    from transformer.bridges import joined_revisions
     commits = {r["git_commit"] for r in recs}
     for commit in commits:
         assert re.fullmatch(r"[0-9a-f]{40}", commit), commit  # not +dirty
-    by_name = {_run_name_of(exp_id, r): r for r in recs}
-    links = {c: {c} for c in commits}
-    for b in bridges:
-        rec = by_name.get(b["record"])
-        if (b["identical"] and rec is not None
-                and rec["git_commit"] == b["from"]
-                and losses_digest(rec) == b["digest"]
-                and re.fullmatch(r"[0-9a-f]{40}", b["to"])):
-            joined = links.get(b["from"], {b["from"]}) | links.get(
-                b["to"], {b["to"]})
-            for c in joined:
-                links[c] = joined
-    first = next(iter(commits))
-    assert commits <= links[first], f"{exp_id} mixes revisions: {commits}"
+    assert joined_revisions(EXPERIMENTS[exp_id], recs, list(bridges)), \
+        f"{exp_id} mixes revisions: {commits}"
 
 
 def _run_name_of(exp_id, rec):
@@ -544,8 +531,8 @@ def test_e12_counts_what_decoding_holds_and_can_fail():
     position fed filled. A cache that allocates twice the positions the
     loop asks for is caught (relative error 1.0 > 5%)."""
     import transformer.kv_cache as kv
-    from transformer.ablations import measure_e12
-    out = measure_e12(0, smoke=True)
+    from transformer.ablations import measure_cache_memory
+    out = measure_cache_memory(0, smoke=True)
     assert out["max_relative_error"] == 0.0 and out["as_derived"] == 1.0
     real = kv.make_caches
 
@@ -553,7 +540,7 @@ def test_e12_counts_what_decoding_holds_and_can_fail():
         return real(model, B, 2 * max_len)
     kv.make_caches = oversized
     try:
-        bad = measure_e12(0, smoke=True)
+        bad = measure_cache_memory(0, smoke=True)
     finally:
         kv.make_caches = real
     assert bad["max_relative_error"] == 1.0 > 0.05
@@ -594,7 +581,7 @@ def test_show_prints_each_points_resolved_configuration(tmp_path, capsys):
     assert "norm_position='post'" in out and "warmup_steps=200" in out
     assert list(tmp_path.iterdir()) == []
     assert cli(["experiment", "E13", "--show"]) == 0
-    assert "transformer.ablations.measure_e13" in capsys.readouterr().out
+    assert "transformer.ablations.measure_unpredictable_targets" in capsys.readouterr().out
 
 
 def test_a_crossed_stratum_sets_every_field_and_names_its_records():

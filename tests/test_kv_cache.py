@@ -8,7 +8,7 @@ import torch
 import oracles  # tools/, on sys.path via the root conftest.py
 
 from transformer.cost_model import kv_cache_bytes
-from transformer.kv_cache import (KVCache, decode_bytes, decode_floor,
+from transformer.kv_cache import (KVCache, decode_step_bytes, decode_floor,
                                   generate, make_caches)
 from transformer.model import GPT, GPTConfig
 
@@ -122,7 +122,7 @@ def _touched_bytes(model):
     dict(pos_encoding="sinusoidal", dtype=torch.float64),
 ])
 @pytest.mark.parametrize("B,S", [(1, 1), (1, 23), (3, 40)])
-def test_decode_bytes_equal_counted_tensors(kw, B, S):
+def test_decode_step_bytes_equal_counted_tensors(kw, B, S):
     """eq. (eq-decode-floor) against the tensors: the parameters a step
     touches plus the caches PyTorch allocated after decoding S positions
     (a prefill of S - 1, then one step)."""
@@ -138,7 +138,7 @@ def test_decode_bytes_equal_counted_tensors(kw, B, S):
         model(idx[:, S - 1:], start_pos=S - 1, caches=caches)
     assert all(c.length == S for c in caches)
     b = torch.finfo(dtype).bits // 8
-    got = decode_bytes(model.config, S, B, bytes_per=b)
+    got = decode_step_bytes(model.config, S, B, bytes_per=b)
     assert got["weights"] == _touched_bytes(model)
     assert got["cache"] == sum(c.nbytes for c in caches)
     assert got["total"] == got["weights"] + got["cache"]
@@ -146,21 +146,21 @@ def test_decode_bytes_equal_counted_tensors(kw, B, S):
         got["total"] / 2.5e9, rel=1e-12)
 
 
-def test_decode_bytes_gpt2_small_by_hand():
+def test_decode_step_bytes_gpt2_small_by_hand():
     """The chapter's worked example, and the weights equal the
     Hugging Face model's parameters less the unread position rows."""
     cfg = GPTConfig(vocab_size=50257, block_size=1024, n_layer=12,
                     n_head=12, n_embd=768)
-    got = decode_bytes(cfg, 1024)
+    got = decode_step_bytes(cfg, 1024)
     assert got["weights"] == 4 * (124_439_808 - 1023 * 768)
     assert got["cache"] == 2 * 12 * 1024 * 768 * 4
 
 
-def test_decode_bytes_rejects_bad_arguments():
+def test_decode_step_bytes_rejects_bad_arguments():
     cfg = tiny().config
-    for call, name in ((lambda: decode_bytes(cfg, 0), "S"),
-                       (lambda: decode_bytes(cfg, 2.0), "S"),
-                       (lambda: decode_bytes({"n_embd": 8}, 3), "config"),
+    for call, name in ((lambda: decode_step_bytes(cfg, 0), "S"),
+                       (lambda: decode_step_bytes(cfg, 2.0), "S"),
+                       (lambda: decode_step_bytes({"n_embd": 8}, 3), "config"),
                        (lambda: decode_floor(cfg, 3, 0.0), "bandwidth"),
                        (lambda: decode_floor(cfg, 3, "1e9"), "bandwidth")):
         with pytest.raises(ValueError, match=name):

@@ -252,7 +252,7 @@ def test_decode_unembedding_copy_follows_the_table():
     # with autograd on, or more than a few positions, lm_head itself
     assert torch.equal(M._unembed(model, h), model.lm_head(h))
     with torch.no_grad():
-        wide = torch.randn(1, M._DECODE_ROWS + 1, 32)
+        wide = torch.randn(1, M._MAX_DECODE_POSITIONS + 1, 32)
         assert torch.equal(M._unembed(model, wide), model.lm_head(wide))
 
 def test_heads_cost_the_same():

@@ -37,7 +37,7 @@ from transformer.bench import (environment, latency_summary,  # noqa: E402
                                peak_read_bandwidth, quantile,
                                ratio_of_medians_ci, read_bandwidth,
                                write_json)
-from transformer.kv_cache import decode_bytes  # noqa: E402
+from transformer.kv_cache import decode_step_bytes  # noqa: E402
 from transformer.model import GPT, GPTConfig  # noqa: E402
 from transformer.training import PRESETS  # noqa: E402
 
@@ -167,7 +167,7 @@ def main(argv=None) -> int:
             mid = S - (steps - 1) // 2  # the middle of S - n + 1 .. S
             point = {"shape": name, "config": shape, "S": S,
                      "S_steps": [S - steps + 1, S], "S_mid": mid,
-                     "bytes": decode_bytes(cfg, mid),
+                     "bytes": decode_step_bytes(cfg, mid),
                      "loadavg": list(os.getloadavg()),
                      "ours": {"step_s": r["ours"],
                               "summary": latency_summary(fa)},

@@ -208,7 +208,7 @@ def main(argv=None) -> int:
         return 2
     env = environment()
     load_before = list(os.getloadavg())
-    _, train_ids, val_ids = token_stream(ex.BYTES)
+    _, train_ids, val_ids = token_stream(ex.BYTE_VOCAB_SIZE)
     record = {"shapes": {}, "environment": env}
     for name in names:
         mc, cfg, K, steps = all_shapes[name]

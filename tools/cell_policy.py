@@ -424,13 +424,15 @@ TABLE.update({
     '05_positions': [
     ],
     '06_gpt': [
+        ('"""The GPT model: its configuration', HI),
+        ('_NORMS = ("layernorm", "rmsnorm")', HI),
         ('res = json.loads(Path("../results/norm_gradients/grad_norms.json").read_text())', HI),
         ('from norm_gradients import SETUP, unit_init', HI),
         ('from matplotlib.patches import FancyBboxPatch', HI),
         ('"""Two measurements of a GPT at the weights as they are: the loss', HI),
         ('def _from_hf_gpt2(', HI),
         ('def compile_model(', HI),
-        ('_DECODE_ROWS = 8', HI),
+        ('# a call with at most this many positions is a decode step', HI),
         ('import json\nimport math', HI),
         ('from transformer.model import GPT, gpt_param_count', HI),
         ('with torch.random.fork_rng():', HI),
@@ -457,6 +459,7 @@ TABLE.update({
         ('import math\nfrom collections.abc import Iterable', HI),
     ],
     '09_training': [
+        ('import contextlib\nimport dataclasses', HI),
         ('def rng_state(', HI),
         ('def check_resume(', HI),
         ('def resumed_configs(', HI),
@@ -503,7 +506,7 @@ TABLE.update({
         ('from transformer.bench import read_bandwidth, time_calls', HI),
         ('import time\n\nimport transformer.model as model_module', HI),
         ('import time\n\n\ndef decode_step_times', HI),
-        ('from transformer.kv_cache import decode_bytes, decode_floor', HI),
+        ('from transformer.kv_cache import decode_step_bytes, decode_floor', HI),
         ('def _check_prompt(idx) -> None:', HI),
         ('def ci_text(r):', HI),
         ('prof = roof["profile"]', HI),

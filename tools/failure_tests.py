@@ -5,7 +5,7 @@ applied, to show that each measurement catches what it claims to catch.
     python tools/failure_tests.py e12-hf   # ~1.5 min: E12 against HF GPT-2
     python tools/failure_tests.py all
 
-e13: E13 (`transformer.ablations.measure_e13`, uniformly random tokens,
+e13: E13 (`transformer.ablations.measure_unpredictable_targets`, uniformly random tokens,
 V = 4) for every seed of its declaration, once with the mask applied after
 the softmax and once with a loader whose targets are not shifted (y = x).
 The bugs are the training chapter's teaching definitions, loaded from its
@@ -38,7 +38,7 @@ import torch  # noqa: E402
 import literate  # noqa: E402
 from transformer.bench import environment, write_json  # noqa: E402
 from transformer.ablations import (E12_SHAPES, EXPERIMENTS,  # noqa: E402
-                                   measure_e13)
+                                   measure_unpredictable_targets)
 from transformer.training_checks import (E13_CAUGHT, LEAK_MODEL,  # noqa: E402
                                          e13_verdict, tiny_model_config)
 
@@ -80,7 +80,7 @@ def run_e13(args) -> dict:
         for seed in probe.seeds:
             t0 = time.perf_counter()
             with m["bug"]():
-                final = measure_e13(seed)
+                final = measure_unpredictable_targets(seed)
             raw = final.pop("raw")
             final["excess_loader"] = raw["val_loss"][-1] - math.log(V)
             final["verdict"] = e13_verdict(final["excess"])

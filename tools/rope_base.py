@@ -75,7 +75,7 @@ def copy_probe(model, val_ids, n_windows: int = 32) -> dict:
 
 def run_one(arm: str, seed: int, ids) -> dict:
     _, train_ids, val_ids = ids
-    mcfg = GPTConfig(vocab_size=ex.BYTES, pos_encoding="rope",
+    mcfg = GPTConfig(vocab_size=ex.BYTE_VOCAB_SIZE, pos_encoding="rope",
                      rope_base=ARMS[arm], **ex._BYTE_MODEL)
     tcfg = TrainConfig(**{**ex.RECIPE, **ex._BYTE_RUN, "seed": seed})
     start = time.process_time()
@@ -124,7 +124,7 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     torch.set_num_threads(1)
-    ids = token_stream(ex.BYTES)
+    ids = token_stream(ex.BYTE_VOCAB_SIZE)
     OUT.mkdir(parents=True, exist_ok=True)
     for seed in args.seeds:
         for arm in args.arms:

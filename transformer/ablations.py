@@ -7,13 +7,13 @@ in one table, `EXPERIMENTS`. transformer/experiments.py runs them;
 from __future__ import annotations
 
 __all__ = [
-    "measure_e10",
-    "measure_e13",
-    "measure_e11",
-    "measure_e12",
-    "measure_e16",
-    "measure_e17",
-    "measure_e18",
+    "measure_overfit",
+    "measure_unpredictable_targets",
+    "measure_decode_latency",
+    "measure_cache_memory",
+    "measure_score_scale",
+    "measure_calibration",
+    "measure_bigram_lr",
     "seeds_needed",
 ]
 
@@ -25,10 +25,10 @@ import torch
 
 from transformer.bench import latency_summary, ratio_of_medians_ci
 from transformer.cost_model import kv_cache_bytes
-from transformer.experiments import (BYTES, Experiment, Probe,
+from transformer.experiments import (BYTE_VOCAB_SIZE, Experiment, Probe,
                                      default_results_dir)
 from transformer.kv_cache import decode_step_times, held_cache_bytes
-from transformer.recall import measure_e15
+from transformer.recall import measure_recall
 from transformer.stats import t_quantile
 from transformer.training import init_model
 from transformer.training_checks import (overfit_check, tiny_model_config,
@@ -328,7 +328,7 @@ E9_RUN = {**_BYTE_RUN, "steps": 2000, "eval_interval": 500}
 
 _E9 = Experiment(
     "E9", "Vocabulary size against sequence length, per byte",
-    "vocab_size", (BYTES, 512, 1024, 2048),
+    "vocab_size", (BYTE_VOCAB_SIZE, 512, 1024, 2048),
     prediction=(
         "With the window fixed at 64 tokens and every arm at 2,000 steps "
         "of 32 windows (4,096,000 tokens), every arm ends more than 0.1 "
@@ -348,13 +348,13 @@ _E9 = Experiment(
              "window_bytes", "n_params"))
 
 
-def measure_e10(seed: int, smoke: bool = False) -> dict:
+def measure_overfit(seed: int, smoke: bool = False) -> dict:
     """E10: overfit_check (chapter "Training") of the tiny preset's shape,
     300 steps on 200 tokens. Section "Probes"."""
     return overfit_check(seed, 4 if smoke else 300, tiny_model_config(smoke))
 
 
-def measure_e13(seed: int, smoke: bool = False) -> dict:
+def measure_unpredictable_targets(seed: int, smoke: bool = False) -> dict:
     """E13: unpredictable_targets_check (chapter "Training"), 400 steps on
     uniformly random tokens, scored on 20,000 fresh ones. Section
     "Probes"."""
@@ -362,7 +362,7 @@ def measure_e13(seed: int, smoke: bool = False) -> dict:
                                        2_000 if smoke else 20_000)
 
 
-def measure_e11(seed: int, smoke: bool = False) -> dict:
+def measure_decode_latency(seed: int, smoke: bool = False) -> dict:
     """E11: per-token greedy decode latency of the tiny shape (one
     thread), with the KV cache and without: for a run of 512 new tokens
     and a run of 32, p50, p95 and p99 with a bootstrap interval on the
@@ -402,7 +402,7 @@ def measure_e11(seed: int, smoke: bool = False) -> dict:
 E12_SHAPES = ((1, 8, 24), (4, 16, 48), (2, 1, 127))  # (B, prompt, new)
 
 
-def measure_e12(seed: int, smoke: bool = False) -> dict:
+def measure_cache_memory(seed: int, smoke: bool = False) -> dict:
     """E12: held_cache_bytes (chapter "The KV cache") of a greedy
     generation of the tiny preset's shape at each of E12_SHAPES, set
     against kv_cache_bytes (chapter "The cost model") at the length the
@@ -434,12 +434,12 @@ def measure_e12(seed: int, smoke: bool = False) -> dict:
 
 
 _E10 = Probe("E10", "Overfit 200 tokens (the cheapest bug detector)",
-          measure_e10, metrics=("corpus_loss", "below_0.1"),
+          measure_overfit, metrics=("corpus_loss", "below_0.1"),
           prediction="the loss over the 200 tokens ends below 0.1 for "
                      "every seed",
           falsifier="any seed at or above 0.1")
 _E11 = Probe("E11", "KV-cache decode latency against generated length",
-          measure_e11, metrics=("cached_ratio", "cached_within",
+          measure_decode_latency, metrics=("cached_ratio", "cached_within",
                                 "uncached_ratio", "cached_p50_ms",
                                 "uncached_p50_ms"),
           prediction="with the cache, the median per-token latency of a "
@@ -447,15 +447,15 @@ _E11 = Probe("E11", "KV-cache decode latency against generated length",
                      "without it, more than 2x",
           falsifier="a cached ratio above 1.25, or an uncached one below "
                     "2")
-_E12 = Probe("E12", "Derived against held KV-cache memory", measure_e12,
-          metrics=("max_relative_error", "as_derived"),
+_E12 = Probe("E12", "Derived against held KV-cache memory",
+          measure_cache_memory, metrics=("max_relative_error", "as_derived"),
           prediction="after a greedy generation through decode_stream, "
                      "the tensors its caches hold occupy exactly "
                      "kv_cache_bytes(block_size, B): one set of caches, "
                      "one per layer, T0 + N - 1 positions filled",
           falsifier="a relative error above 5% at any shape")
 _E13 = Probe("E13", "Unpredictable targets: the loss must not go below ln V",
-          measure_e13, metrics=("excess", "se"),
+          measure_unpredictable_targets, metrics=("excess", "se"),
           prediction="the held-out loss minus ln V lies in [-0.01, "
                      "+0.02] nats for every seed; with the mask applied "
                      "after the softmax (chapter \"Training\") it ends "
@@ -468,7 +468,7 @@ _E13 = Probe("E13", "Unpredictable targets: the loss must not go below ln V",
 
 _E15 = Probe(
     "E15", "Associative recall: attention against a fixed-window MLP",
-    measure_e15, seeds=(0, 1, 2),
+    measure_recall, seeds=(0, 1, 2),
     metrics=("attn_acc", "mlp_acc", "full_acc", "attn_minus_mlp",
              "attn_acc_out", "mlp_acc_in", "mlp_acc_out", "attn_loss",
              "mlp_loss", "full_loss"),
@@ -488,7 +488,7 @@ _E15 = Probe(
         "the lookup it can see, so a gap would not be about the window)."))
 
 
-def measure_e16(seed: int, smoke: bool = False) -> dict:
+def measure_score_scale(seed: int, smoke: bool = False) -> dict:
     """E16: score_scale_sweep (chapter "Attention"), its extremes as the
     final metrics and every row as raw data. Section "Probes E16 to
     E18"."""
@@ -507,7 +507,7 @@ def measure_e16(seed: int, smoke: bool = False) -> dict:
             "dead_scaled_max": max(r[3] for r in rows), "raw": sweep}
 
 
-def measure_e17(seed: int, smoke: bool = False) -> dict:
+def measure_calibration(seed: int, smoke: bool = False) -> dict:
     """E17: temperature_report (chapter "Calibration") of the trained
     tiny model (CALIBRATION_CHECKPOINT) on heldout_windows; `seed` seeds
     the bootstraps. A smoke run takes 16 windows of 32 tokens. Section
@@ -530,7 +530,7 @@ def measure_e17(seed: int, smoke: bool = False) -> dict:
                              "checkpoint": CALIBRATION_CHECKPOINT}}
 
 
-def measure_e18(seed: int, smoke: bool = False) -> dict:
+def measure_bigram_lr(seed: int, smoke: bool = False) -> dict:
     """E18: trained_bigram_lr (chapter "Data, the bigram baseline and the
     entropy floor"): the two learning rates' gaps to the counted bigram,
     and both curves as raw data. Section "Probes E16 to E18"."""
@@ -544,7 +544,7 @@ def measure_e18(seed: int, smoke: bool = False) -> dict:
 
 
 _E16 = Probe("E16", "The score scale at initialisation, across head widths",
-          measure_e16, metrics=("var_ratio_min", "var_ratio_max",
+          measure_score_scale, metrics=("var_ratio_min", "var_ratio_max",
                                 "dead_unscaled_256", "dead_unscaled_widest",
                                 "dead_scaled_max"),
           prediction="Var(q.k) / d_k within 5% of 1 at every width; with "
@@ -555,14 +555,14 @@ _E16 = Probe("E16", "The score scale at initialisation, across head widths",
                     "with the scale, or fewer than half the rows dead "
                     "unscaled at d_k = 4096")
 _E17 = Probe("E17", "Temperature calibration of the trained tiny model",
-          measure_e17, seeds=(0,),
+          measure_calibration, seeds=(0,),
           metrics=("tau_hat", "tau_lo", "tau_hi", "ece_before", "ece_after",
                    "ece_floor", "nll_gain"),
           prediction="the fitted temperature within [0.9, 1.1], an ECE "
                      "before scaling below 0.05, and scaling moves the "
                      "held-out NLL by less than 0.01 nats",
           falsifier="tau outside [0.9, 1.1] or an ECE above 0.05")
-_E18 = Probe("E18", "The trained bigram's learning rate", measure_e18,
+_E18 = Probe("E18", "The trained bigram's learning rate", measure_bigram_lr,
           seeds=(0,), metrics=("lr0.5_gap_train", "lr0.5_gap_val",
                                "lr0.1_gap_train", "lr0.1_gap_val"),
           prediction="at lr 0.5 for 150 full-batch Adam steps, the "

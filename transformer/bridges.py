@@ -10,6 +10,9 @@ __all__ = [
     "losses_digest",
     "bridges_dir",
     "bridge_record",
+    "read_bridges",
+    "record_name",
+    "joined_revisions",
 ]
 
 
@@ -76,3 +79,39 @@ def bridge_record(exp: Experiment, name: str, root: Path | None = None,
     log(f"{exp.id} {name}: {verdict} at {code[:7]} (recorded at "
         f"{rec['git_commit'][:7]})")
     return out
+
+
+def read_bridges(exp_id: str, root: Path | None = None,
+                 smoke: bool = False) -> list[dict]:
+    """Every bridge written for `exp_id`, in file-name order."""
+    return [json.loads(p.read_text()) for p in
+            sorted(bridges_dir(exp_id, root, smoke).glob("*.json"))]
+
+
+def record_name(exp: Experiment, rec: dict) -> str:
+    """The file name the runner gives `rec` (its stratum read back from
+    JSON as a list, a tuple again for a crossed grid)."""
+    stratum = rec["stratum"]
+    stratum = tuple(stratum) if isinstance(stratum, list) else stratum
+    return runner._run_name(exp, stratum, rec["value"], rec["seed"])
+
+
+def joined_revisions(exp: Experiment, recs: list[dict],
+                     bridges: list[dict]) -> bool:
+    """True when the commits of `recs` (records of `exp`) are one, or are
+    all joined by bridges that hold. Section "Grids that outlive a
+    commit"."""
+    commits = {r["git_commit"] for r in recs}
+    by_name = {record_name(exp, r): r for r in recs}
+    links = {c: {c} for c in commits}
+    for b in bridges:
+        rec = by_name.get(b["record"])
+        if (b["identical"] and rec is not None
+                and rec["git_commit"] == b["from"]
+                and losses_digest(rec) == b["digest"]
+                and re.fullmatch(r"[0-9a-f]{40}", b["to"])):
+            joined = links.get(b["from"], {b["from"]}) | links.get(
+                b["to"], {b["to"]})
+            for c in joined:
+                links[c] = joined
+    return not commits or commits <= links[next(iter(commits))]

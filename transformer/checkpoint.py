@@ -306,7 +306,7 @@ RESUMABLE_FIELDS = ("steps", "eval_interval", "eval_batches",
                     "checkpoint_interval")
 
 
-def _differing(ours: dict, theirs: dict, skip=()) -> list[str]:
+def _changed_keys(ours: dict, theirs: dict, skip=()) -> list[str]:
     """The keys whose values differ between two config dicts."""
     return sorted(k for k in set(ours) | set(theirs)
                   if k not in skip and ours.get(k) != theirs.get(k))
@@ -319,7 +319,7 @@ def check_resume(ckpt: dict, model, cfg) -> None:
     loop"."""
     ours = dataclasses.asdict(model.config)
     theirs = ckpt["model_config"]
-    diff = _differing(ours, theirs)
+    diff = _changed_keys(ours, theirs)
     if diff:
         shown = ", ".join(f"{k}: model {ours.get(k)!r} vs checkpoint "
                           f"{theirs.get(k)!r}" for k in diff)
@@ -330,7 +330,7 @@ def check_resume(ckpt: dict, model, cfg) -> None:
                          f"{ckpt['step']}, got {cfg.steps}")
     ours = dataclasses.asdict(cfg)
     theirs = ckpt["train_config"] or {}
-    diff = _differing(ours, theirs, RESUMABLE_FIELDS)
+    diff = _changed_keys(ours, theirs, RESUMABLE_FIELDS)
     if diff:
         shown = ", ".join(f"{k}: {ours.get(k)!r} vs checkpoint "
                           f"{theirs.get(k)!r}" for k in diff)
@@ -342,7 +342,7 @@ def check_resume(ckpt: dict, model, cfg) -> None:
 def restore_run(run, path) -> None:
     """Put the state a checkpoint holds into `run`, after checking that it
     continues the same run; a tokenizer or data description the caller
-    did not give comes from the file. `run` is training's _Run.
+    did not give comes from the file. `run` is training's _TrainingState.
     Section "The training loop"."""
     ckpt = load_checkpoint(path)
     check_resume(ckpt, run.model, run.cfg)

@@ -49,7 +49,7 @@ from transformer.training import (TrainConfig, evaluate, heldout_losses,
                                   init_model, split_windows, train)
 
 EVAL_SEED = 1234  # every run is scored on the same held-out windows
-BYTES = 257  # byte-level: the 256 bytes and <|endoftext|>, no merges
+BYTE_VOCAB_SIZE = 257  # byte-level: the 256 bytes and <|endoftext|>, no merges
 # the commit of the code this process runs, read once, when the runner is
 # imported: a record written hours later in a long grid still names the
 # code the process loaded, even if a commit lands in between (section
@@ -143,7 +143,7 @@ class Experiment:
     stratum: str | None = None
     strata: tuple = (None,)
     extras: tuple = ()
-    vocab_size: int = BYTES
+    vocab_size: int = BYTE_VOCAB_SIZE
     overrides: dict = field(default_factory=dict)
     metrics: tuple = ("val_loss",)
     is_smoke: bool = False
@@ -196,7 +196,7 @@ def _smoke_experiment(exp: Experiment) -> Experiment:
         r.pop(name, None)
     values = exp.values
     if exp.variable == "vocab_size":  # two tokenizers, not four
-        values = (BYTES, 512)
+        values = (BYTE_VOCAB_SIZE, 512)
     strata = exp.strata
     if exp.cells:  # the strata of the first cells, so the filter is run
         strata = tuple(dict.fromkeys(s for s, _ in exp.cells))
@@ -534,12 +534,12 @@ def load_runs(exp_id: str, root: Path | None = None,
     return [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
 
 
-def _metric(rec: dict, metric: str):
+def _record_value(rec: dict, metric: str):
     """A record's metric; "log10_NAME" is log10 of metric NAME (gradient
     norms span orders of magnitude: their interval is taken on a log
     scale, where it cannot go negative)."""
     if metric.startswith("log10_"):
-        v = _metric(rec, metric[len("log10_"):])
+        v = _record_value(rec, metric[len("log10_"):])
         return None if v is None or not v > 0 else math.log10(v)
     return rec["final"].get(metric) if metric in rec["final"] else \
         rec.get(metric)
@@ -567,7 +567,7 @@ def summary_rows(exp: Experiment, records: list[dict],
         row = {"stratum": stratum, "value": value, "n": len(recs),
                "diverged": sum(bool(r["final"]["diverged"]) for r in recs)}
         for m in metrics:
-            xs = [_metric(r, m) for r in recs]
+            xs = [_record_value(r, m) for r in recs]
             xs = [x for x in xs if x is not None and math.isfinite(x)]
             row[m] = summarize(xs) if len(xs) >= 2 else None
             if len(recs) == 1 and xs:  # one seed: no interval

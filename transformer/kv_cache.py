@@ -11,7 +11,7 @@ __all__ = [
     "generate",
     "decode_step_times",
     "held_cache_bytes",
-    "decode_bytes",
+    "decode_step_bytes",
     "decode_floor",
 ]
 
@@ -243,7 +243,7 @@ from transformer.cost_model import kv_cache_bytes
 from transformer.model import GPTConfig, gpt_param_count
 
 
-def decode_bytes(config: GPTConfig, S: int, B: int = 1,
+def decode_step_bytes(config: GPTConfig, S: int, B: int = 1,
                  bytes_per: int = 4) -> dict[str, int]:
     """Bytes one decode step must read at S key positions (this token's
     included): "weights" (every parameter once, one row of a learned
@@ -268,7 +268,7 @@ def decode_bytes(config: GPTConfig, S: int, B: int = 1,
 
 def decode_floor(config: GPTConfig, S: int, bandwidth: float, B: int = 1,
                  bytes_per: int = 4) -> float:
-    """decode_bytes(...)["total"] / bandwidth, eq. (eq-decode-floor): a
+    """decode_step_bytes(...)["total"] / bandwidth, eq. (eq-decode-floor): a
     lower bound on the seconds of a decode step when `bandwidth` (bytes
     per second) is the peak sustained read rate (peak_read_bandwidth);
     with a median rate, a reference line only. Chapter "The KV cache",
@@ -277,4 +277,4 @@ def decode_floor(config: GPTConfig, S: int, bandwidth: float, B: int = 1,
             bandwidth, (int, float)) or not bandwidth > 0:
         raise ValueError(f"bandwidth: expected bytes per second > 0, "
                          f"got {bandwidth!r}")
-    return decode_bytes(config, S, B, bytes_per)["total"] / bandwidth
+    return decode_step_bytes(config, S, B, bytes_per)["total"] / bandwidth

@@ -510,7 +510,8 @@ def _loss(cfg: GPTConfig, logits: torch.Tensor,
     return cross_entropy(logits, targets)
 
 
-_DECODE_ROWS = 8  # a call with at most this many positions is a decode step
+# a call with at most this many positions is a decode step
+_MAX_DECODE_POSITIONS = 8
 
 
 def _fingerprint(w: torch.Tensor) -> torch.Tensor:
@@ -523,14 +524,14 @@ def _fingerprint(w: torch.Tensor) -> torch.Tensor:
 
 def _unembed(model: "GPT", h: torch.Tensor) -> torch.Tensor:
     """logits = h Eᵀ with E = lm_head.weight (V, D): (B, T, D) ->
-    (B, T, V). A decode step (no autograd, B T <= _DECODE_ROWS, not
+    (B, T, V). A decode step (no autograd, B T <= _MAX_DECODE_POSITIONS, not
     compiling) multiplies by a cached copy of E stored (D, V), remade when
     E's storage, dtype, device, version or fingerprint (_fingerprint, which
     sees edits through .data) changes. Chapter "Multi-head attention, the
     block and the GPT model", section "The full model"."""
     w = model.lm_head.weight  # (V, D)
     if (torch.is_grad_enabled() or torch.compiler.is_compiling()
-            or h.shape[0] * h.shape[1] > _DECODE_ROWS):
+            or h.shape[0] * h.shape[1] > _MAX_DECODE_POSITIONS):
         return model.lm_head(h)  # (B, T, V)
     key = (w.data_ptr(), w._version, w.dtype, w.device)
     cached = model.__dict__.get("_unembed_dv")  # (key, fingerprint, (D, V))

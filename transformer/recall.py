@@ -14,7 +14,7 @@ __all__ = [
     "train_recall",
     "evaluate_recall",
     "recall_models",
-    "measure_e15",
+    "measure_recall",
 ]
 
 
@@ -213,7 +213,7 @@ def recall_models(seed: int, task: dict = RECALL_TASK) -> dict:
     return arms
 
 
-def measure_e15(seed: int, smoke: bool = False) -> dict:
+def measure_recall(seed: int, smoke: bool = False) -> dict:
     """E15: the three arms of recall_models, each trained by train_recall
     with RECALL_RUN on the same batches, then scored on 4,096 held-out
     sequences: accuracy and loss at the recalled keys, overall and inside

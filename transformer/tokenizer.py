@@ -336,9 +336,9 @@ class _ChunkCache(dict):
 
 
 _NO_RANK = 1 << 62  # the rank of a pair that was never merged
-_NEVER = itertools.repeat(_NO_RANK)  # map(ranks.get, pairs, _NEVER)
+_UNRANKED = itertools.repeat(_NO_RANK)  # map(ranks.get, pairs, _UNRANKED)
 _UTF32 = "utf-32-le" if sys.byteorder == "little" else "utf-32-be"
-_PACKED = array.array("I").itemsize == 4  # 4-byte ids: see _ids_of
+_UINT32_ARRAY = array.array("I").itemsize == 4  # 4-byte ids: see _ids_of
 
 
 def _merge_chars(s, rank_of, pair_of):
@@ -349,7 +349,7 @@ def _merge_chars(s, rank_of, pair_of):
     Derived in chapter "Tokenization: byte-level BPE", section "Making
     it fast", move 8."""
     while len(s) > 1:
-        new_id = min(map(rank_of, map(operator.add, s, s[1:]), _NEVER))
+        new_id = min(map(rank_of, map(operator.add, s, s[1:]), _UNRANKED))
         if new_id == _NO_RANK:
             break  # no adjacent pair was ever merged
         s = s.replace(pair_of[new_id], chr(new_id))
@@ -358,7 +358,7 @@ def _merge_chars(s, rank_of, pair_of):
 
 def _ids_of(chars):
     """The ids of a str of token characters: ord of each, in C."""
-    if not _PACKED:
+    if not _UINT32_ARRAY:
         return list(map(ord, chars))
     data = chars.encode(_UTF32, "surrogatepass")  # 4 bytes per id
     return memoryview(data).cast("I").tolist()

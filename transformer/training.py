@@ -204,7 +204,7 @@ def _global_norm(params) -> torch.Tensor:
     return torch.stack([g.pow(2).sum() for g in grads]).sum().sqrt()
 
 
-class _Run:
+class _TrainingState:
     """The state of one call of `train`: model, optimizer, batch generator,
     history, step, the step the checkpoint holds, and this call's
     counters; move 7 of chapter "Training", section "The loop, one move
@@ -260,7 +260,7 @@ class _Run:
             self.cfg.eval_batches, seed=self.eval_seed))
 
 
-def _train_step(run: _Run, train_ids: torch.Tensor) -> bool:
+def _train_step(run: _TrainingState, train_ids: torch.Tensor) -> bool:
     """One step of eq. (eq-train-step) on `run`, recorded in its history;
     False if the loss or the gradient norm was not finite (the update was
     then skipped)."""
@@ -335,7 +335,7 @@ class _DeferredInterrupt:
         return False
 
 
-def _run_steps(run: _Run, train_ids: torch.Tensor, progress: bool,
+def _run_steps(run: _TrainingState, train_ids: torch.Tensor, progress: bool,
                callback) -> None:
     """Steps from run.step to cfg.steps, evaluating after step 0, every
     eval_interval steps and at the last, checkpointing every
@@ -470,8 +470,8 @@ def train(model: torch.nn.Module, train_ids: torch.Tensor,
                                 checkpoint_path, resume)
     if not isinstance(compile, bool):
         raise ValueError(f"compile: expected a bool, got {compile!r}")
-    run = _Run(model, cfg, val_ids, seq_len, checkpoint_path, tokenizer,
-               data, compile)
+    run = _TrainingState(model, cfg, val_ids, seq_len, checkpoint_path,
+                         tokenizer, data, compile)
     with (checkpoint_lock(checkpoint_path) if checkpoint_path is not None
           else contextlib.nullcontext()):  # one writer per checkpoint
         if resume and Path(checkpoint_path).is_file():
