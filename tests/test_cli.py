@@ -5,6 +5,7 @@ never a traceback; the tests run tiny configurations so the file takes
 well under two minutes."""
 import argparse
 import dataclasses
+import json
 import math
 import os
 import re
@@ -446,6 +447,37 @@ def test_experiment_ids_and_roots(tmp_path, capsys):
                      str(tmp_path)]) == 0
     listed = capsys.readouterr().out.splitlines()
     assert "(2/2 runs)" in next(ln for ln in listed if ln.startswith("E12"))
+
+
+def test_experiment_plan_counts_done_stale_and_missing(tmp_path, capsys):
+    """--plan runs nothing and says, per experiment, what a run would do:
+    after half a grid, the other half missing; a record edited so that it
+    no longer matches its declaration is stale, an unreadable one too."""
+    from transformer.ablations import EXPERIMENTS
+    n = len(EXPERIMENTS["E5"].smoke().points())
+    assert cli.main(["experiment", "E5", "--smoke", "--shard", "1/2",
+                     "--root", str(tmp_path)]) == 0
+    capsys.readouterr()
+
+    def plan():
+        before = sorted(tmp_path.rglob("*"))
+        assert cli.main(["experiment", "E5", "--plan", "--smoke",
+                         "--root", str(tmp_path)]) == 0
+        assert sorted(tmp_path.rglob("*")) == before  # nothing ran
+        return capsys.readouterr().out.splitlines()
+
+    done = len(list(tmp_path.rglob("*.json")))
+    assert plan()[0] == (f"E5   {done}/{n} done, 0 stale, {n - done} "
+                         f"missing; one commit")
+    first, second = sorted(tmp_path.rglob("*.json"))[:2]
+    rec = json.loads(first.read_text())
+    rec["run_config"]["lr"] *= 2  # no longer the declared point
+    first.write_text(json.dumps(rec))
+    second.write_text("{ half a record")
+    lines = plan()
+    assert lines[0].startswith(f"E5   {done - 2}/{n} done, 2 stale, "
+                               f"{n - done} missing"), lines
+    assert lines[-1].startswith("left: about "), lines
 
 
 def test_experiment_shards_split_a_grid(tmp_path, capsys):

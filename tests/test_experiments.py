@@ -256,11 +256,11 @@ RETIRED_RUN_FIELDS = {"compile": False}
 # record there must already be right, the set need not be complete yet.
 # An id leaves this set when its grid is whole; chapter 15 and REPORT.md
 # say how many of its points have run.
-IN_PROGRESS = {"E21", "E28"}
+IN_PROGRESS = {"E21"}
 # Declared and not started: no record may exist yet (the first one moves
 # the id to IN_PROGRESS); chapter 15 shows their tables as "not run".
 NOT_STARTED = {"E22", "E23", "E24", "E25", "E26", "E27", "E30",
-               "E31"}
+               "E31", "E32"}
 
 
 def _hashable(stratum):
@@ -803,6 +803,33 @@ def test_e21_runs_each_arms_best_screened_cell():
         assert (mc.n_layer, tc.lr, tc.steps) == (L, lr, E6B_STEPS)
     assert e21.seeds == E6B_SEEDS and len(E6B_SEEDS) >= 5
     assert e21.eval_text == "split" and "grads_step10" in e21.extras
+
+
+def test_e32_runs_pre_norms_best_screened_cell_like_e21():
+    """Pre-norm's half of stage 2: its cell at each depth is the best
+    finite cell of E19, E20 and E28 (all three complete), and everything
+    else is E21's, so the two grids pair by seed."""
+    from transformer.ablations import E6B_BEST_PRE, E6B_STEPS
+    from transformer.experiments import load_runs
+    e19, e21, e32 = (EXPERIMENTS[k] for k in ("E19", "E21", "E32"))
+    recs = []
+    for k in ("E19", "E20", "E28"):
+        got = load_runs(k, ROOT)
+        assert len(got) == len(EXPERIMENTS[k].points()), k
+        recs += got
+    best = {k: (r["stratum"][1], r["stratum"][3] / e19.run["steps"])
+            for k, r in _best_screened_cells(recs).items() if k[1] == "pre"}
+    assert best == E6B_BEST_PRE
+    got = {(s[0], v): s for s, v in e32.pairs()}
+    assert set(got) == set(E6B_BEST_PRE)
+    for (L, arm), (lr, f) in E6B_BEST_PRE.items():
+        mc, tc = e32.configs(got[L, arm], arm, 0)
+        assert (mc.n_layer, mc.norm_position, tc.lr, tc.steps,
+                tc.warmup_steps) == (L, "pre", lr, E6B_STEPS,
+                                     round(f * E6B_STEPS))
+    for field in ("seeds", "run", "model", "extras", "eval_text", "metrics",
+                  "screen"):
+        assert getattr(e32, field) == getattr(e21, field), field
 
 
 def test_e28_extends_the_pairs_whose_best_moved_to_3e_2():

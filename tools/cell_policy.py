@@ -541,6 +541,8 @@ TABLE.update({
         ('from transformer.ablations import (E6B_DEPTHS, E6B_EDGE, E6B_LRS,', HI),
         ('bigram = e19_recs[0]["reference"]["bigram"]', RI),
         ('e20 = EXPERIMENTS["E20"]', HI),
+        ('def by_depth_seed(recs):', RI),
+        ('import statistics\n\n\ndef last_block(recs, key):', RI),
         ('from transformer.ablations import BUDGETS, DELTA', HI),
         ('def spearman(xs, ys):', HI),
         ('e1 = EXPERIMENTS["E1"]', HI),

@@ -188,6 +188,11 @@ CAPTIONS: dict[str, list[tuple[str, str, str]]] = {
          "on positions 0-63 (dotted line)."),
     ],
     "15_ablations": [
+        ("import statistics\n\n\ndef last_block(recs, key):", "fig-e6b-grads",
+         "E6 rebuilt, stage 2: the last block's gradient norm against depth "
+         "(log-log), at step 0 and after step 10, median over the seeds "
+         "landed, with Xiong et al.'s 1/sqrt(L) for pre-norm drawn through "
+         "its depth-2 value."),
         ('rungs = [r for ph in ladder for r in ladder[ph].values()]',
          "fig-e15b-ladder",
          "E15b's size ladder: every rung run, parameters against the "

@@ -255,6 +255,7 @@ _WHERE = {  # public name -> module defining it
     "records_dir": "experiments",
     "record_matches": "experiments",
     "read_record": "experiments",
+    "plan_points": "experiments",
     "count_records": "experiments",
     "run_experiment": "experiments",
     "load_runs": "experiments",

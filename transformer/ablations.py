@@ -240,6 +240,26 @@ _E21 = replace(
              "log10_max_grad_norm"))
 
 
+# pre-norm's best finite cell of E19, E20 and E28 at each depth
+E6B_BEST_PRE = {(L, "pre"): (3e-2, 0.3) for L in E6B_DEPTHS}
+
+_E32 = replace(
+    _E21, id="E32",
+    title="E6 rebuilt, stage 2: pre-norm's five paired seeds",
+    prediction=(
+        "Depth buys pre-norm little at this budget, as the screen showed "
+        "at 800 steps: at 1,600 steps depth 16 is within 0.03 nats of "
+        "depth 2, paired by seed. Its last block's gradient norm at step "
+        "10 at depth 16 is more than half its value at depth 2 (Xiong et "
+        "al.'s 1/sqrt(L) would make it 0.35 of it)."),
+    falsifier=(
+        "depth 16 better or worse than depth 2 by more than 0.03 nats; or "
+        "the last block's step-10 gradient norm at depth 16 at most half "
+        "its value at depth 2."),
+    strata=tuple(dict.fromkeys(c for c, _ in _best_cells(E6B_BEST_PRE))),
+    cells=_best_cells(E6B_BEST_PRE))
+
+
 _E2 = Experiment(
     "E2", "Head count at fixed width", "n_head", (1, 2, 4, 8, 16),
     prediction=(
@@ -675,4 +695,4 @@ _E30 = replace(
 EXPERIMENTS = {e.id: e for e in (
     _E1, _E2, _E3, _E4, _E5, _E6, _E7, _E8, _E9, _E10, _E11, _E12, _E13,
     _E14, _E15, _E16, _E17, _E18, _E19, _E20, _E21, _E22, _E23, _E24, _E25,
-    _E26, _E27, _E28, _E30, _E31)}
+    _E26, _E27, _E28, _E30, _E31, _E32)}

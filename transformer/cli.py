@@ -493,6 +493,36 @@ def run_cost(args) -> int:
     return 0
 
 
+def _print_plan(exps, root: Path) -> int:
+    """`experiment ID --plan`: one line per experiment, then the total;
+    the compute left is the mean recorded wall time of its done runs times
+    the runs left (unknown before its first run)."""
+    from transformer.bridges import joined_revisions, read_bridges
+    from transformer.experiments import plan_points
+    left_s, unknown = 0.0, []
+    for exp in exps:
+        p = plan_points(exp, root)
+        done, todo = p["done"], p["stale"] + p["missing"]
+        commits = {r.get("git_commit") for r in done}
+        joined = joined_revisions(exp, done, read_bridges(
+            exp.id, root, exp.is_smoke))
+        rev = ("no records" if not done else
+               "one commit" if len(commits) == 1 else
+               f"{len(commits)} commits joined by bridges" if joined else
+               f"{len(commits)} commits NOT joined: bridge or rerun")
+        if todo and done:
+            left_s += todo * sum(r.get("wall_s_total", 0.0)
+                                 for r in done) / len(done)
+        elif todo:
+            unknown.append(exp.id)
+        print(f"{exp.id:<4} {len(done)}/{len(exp.points())} done, "
+              f"{p['stale']} stale, {p['missing']} missing; {rev}")
+    print(f"left: about {left_s / 3600:.1f} core-hours"
+          + (f", plus {', '.join(unknown)} (not started: no estimate)"
+             if unknown else ""))
+    return 0
+
+
 def run_experiments(args) -> int:
     """`python -m transformer experiment`. The runner is derived in
     chapter "Ablations"."""
@@ -516,6 +546,11 @@ def run_experiments(args) -> int:
         raise ValueError(f"experiment: unknown id {args.id!r}; expected "
                          f"one of {', '.join(ordered)} or 'all' (see "
                          f"--list)")
+    if args.plan:
+        return _print_plan([EXPERIMENTS[i].smoke() if args.smoke
+                            else EXPERIMENTS[i] for i in (
+                                ordered if wanted == "ALL" else [wanted])],
+                           root)
     if args.show:
         for i in ordered if wanted == "ALL" else [wanted]:
             exp = EXPERIMENTS[i].smoke() if args.smoke else EXPERIMENTS[i]

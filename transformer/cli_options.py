@@ -358,6 +358,12 @@ def experiment_parser() -> _Parser:
                         "'all'")
     p.add_argument("--list", action="store_true",
                    help="list the experiments and how many runs exist")
+    p.add_argument("--plan", action="store_true",
+                   help="print, per experiment, the points done, stale "
+                        "(a record that differs from the declaration) "
+                        "and missing, whether its records span commits "
+                        "that no bridge joins, and the compute left; "
+                        "run nothing")
     p.add_argument("--show", action="store_true",
                    help="print each grid point's resolved model and "
                         "training configuration, and run nothing")

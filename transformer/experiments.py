@@ -16,6 +16,7 @@ __all__ = [
     "records_dir",
     "record_matches",
     "read_record",
+    "plan_points",
     "count_records",
     "run_experiment",
     "load_runs",
@@ -456,15 +457,29 @@ def read_record(path: Path) -> dict | None:
         return None  # unreadable: rerun the point
 
 
+def plan_points(exp, root: Path | None = None) -> dict:
+    """What run_experiment(exp, root) would do now, run nothing: "done",
+    the records that match the declaration; "stale", points whose record
+    differs from it or cannot be read (rerun); "missing", points with no
+    record. Section "The runner"."""
+    out = records_dir(exp.id, root, exp.is_smoke)
+    done, stale, missing = [], 0, 0
+    for stratum, value, seed in exp.points():
+        path = out / _run_name(exp, stratum, value, seed)
+        rec = read_record(path) if path.exists() else None
+        if rec is not None and record_matches(rec, exp, stratum, value,
+                                              seed):
+            done.append(rec)
+        elif path.exists():
+            stale += 1
+        else:
+            missing += 1
+    return {"done": done, "stale": stale, "missing": missing}
+
+
 def count_records(exp, root: Path | None = None) -> tuple[int, int]:
     """(records that match the declaration, grid points) for `exp`."""
-    out = records_dir(exp.id, root, exp.is_smoke)
-    have = 0
-    for stratum, value, seed in exp.points():
-        rec = read_record(out / _run_name(exp, stratum, value, seed))
-        have += rec is not None and record_matches(rec, exp, stratum,
-                                                   value, seed)
-    return have, len(exp.points())
+    return len(plan_points(exp, root)["done"]), len(exp.points())
 
 
 def run_experiment(exp: Experiment, root: Path | None = None,
