@@ -178,3 +178,41 @@ def test_save_hf_refuses_grouped(tmp_path):
     with pytest.raises(ValueError, match="^config.n_kv_head:"):
         save_hf_gpt2(model(n_kv_head=2), tmp_path)
     save_hf_gpt2(model(n_kv_head=4), tmp_path)  # = n_head: plain GPT-2
+
+
+def test_mean_pool_kv_is_exact_when_a_group_shares_its_heads():
+    """Ainslie et al.'s conversion: with n_kv_head = n_head it returns the
+    same model; when the heads of each group already share their key and
+    value projections, the pooled grouped model computes the same logits
+    (1e-6); what is not a divisor, or a model already grouped, is a
+    ValueError naming the argument."""
+    import dataclasses
+    from transformer.grouped import mean_pool_kv
+    from transformer.model import GPT, GPTConfig
+    cfg = GPTConfig(vocab_size=32, block_size=16, n_layer=2, n_head=4,
+                    n_embd=32)
+    torch.manual_seed(0)
+    model = GPT(cfg).eval()
+    x = torch.randint(0, 32, (2, 16))
+    with torch.no_grad():
+        assert torch.equal(mean_pool_kv(model, 4)(x)[0], model(x)[0])
+        D, Dh = cfg.n_embd, cfg.head_dim
+        for block in model.blocks:  # heads 0, 1 share; 2, 3 share
+            for t in (block.attn.c_attn.weight, block.attn.c_attn.bias):
+                for part in (1, 2):  # keys, values
+                    for h in (1, 3):
+                        lo = part * D + h * Dh
+                        t[..., lo:lo + Dh] = t[..., lo - Dh:lo]
+        pooled = mean_pool_kv(model, 2)
+        assert pooled.config.kv_heads == 2
+        torch.testing.assert_close(pooled(x)[0], model(x)[0], rtol=0,
+                                   atol=1e-6)
+        moved = mean_pool_kv(model, 1)(x)[0]  # 2 distinct groups: changes
+        assert (moved - model(x)[0]).abs().max() > 1e-3
+    for bad in (3, 0, True, 2.0):
+        with pytest.raises(ValueError, match="n_kv_head: expected a "
+                                             "divisor"):
+            mean_pool_kv(model, bad)
+    grouped = GPT(dataclasses.replace(cfg, n_kv_head=2))
+    with pytest.raises(ValueError, match="model: expected a multi-head"):
+        mean_pool_kv(grouped, 1)

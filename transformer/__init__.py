@@ -210,6 +210,7 @@ _WHERE = {  # public name -> module defining it
     "grouped_heads": "grouped",
     "grouped_attention": "grouped",
     "grouped_cache_bytes": "grouped",
+    "mean_pool_kv": "grouped",
     "tile_mask": "tiled",
     "tiled_attention": "tiled",
     "saved_bytes": "tiled",

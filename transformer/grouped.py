@@ -6,8 +6,11 @@ __all__ = [
     "grouped_heads",
     "grouped_attention",
     "grouped_cache_bytes",
+    "mean_pool_kv",
 ]
 
+
+import dataclasses
 
 import torch
 
@@ -63,3 +66,37 @@ def grouped_cache_bytes(config, S: int, B: int = 1,
                              f"got {value!r}")
     return (2 * config.n_layer * B * config.kv_heads * config.head_dim * S
             * bytes_per)
+
+
+def mean_pool_kv(model, n_kv_head: int):
+    """A copy of `model` (a multi-head GPT, eval mode) with n_kv_head
+    key/value heads, each the mean of its group's key and value
+    projections (weights and biases); query head h keeps its projection
+    and reads head h // (n_head / n_kv_head), eq. (eq-gqa-head). Ainslie
+    et al.'s conversion, before any further training. Section "Measured:
+    converting a trained model"."""
+    cfg = model.config
+    H, Dh, D = cfg.n_head, cfg.head_dim, cfg.n_embd
+    if cfg.kv_heads != H:
+        raise ValueError(f"model: expected a multi-head model (n_kv_head "
+                         f"= n_head = {H}), got n_kv_head {cfg.kv_heads}")
+    if isinstance(n_kv_head, bool) or not isinstance(n_kv_head, int) \
+            or n_kv_head < 1 or H % n_kv_head:
+        raise ValueError(f"n_kv_head: expected a divisor of n_head = {H}, "
+                         f"got {n_kv_head!r}")
+    g = H // n_kv_head
+
+    def pool(m):  # (..., H * Dh) -> (..., n_kv_head * Dh), group means
+        lead = m.shape[:-1]
+        return m.reshape(*lead, n_kv_head, g, Dh).mean(-2).reshape(
+            *lead, n_kv_head * Dh)
+
+    state = {}
+    for name, t in model.state_dict().items():
+        if name.endswith(("attn.c_attn.weight", "attn.c_attn.bias")):
+            q, k, v = t.split(D, dim=-1)  # (D, D) x 3, or (D,) x 3
+            t = torch.cat([q, pool(k), pool(v)], dim=-1)
+        state[name] = t
+    new = type(model)(dataclasses.replace(cfg, n_kv_head=n_kv_head))
+    new.load_state_dict(state)
+    return new.eval()
