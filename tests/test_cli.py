@@ -478,6 +478,10 @@ def test_experiment_plan_counts_done_stale_and_missing(tmp_path, capsys):
     assert lines[0].startswith(f"E5   {done - 2}/{n} done, 2 stale, "
                                f"{n - done} missing"), lines
     assert lines[-1].startswith("left: about "), lines
+    assert cli.main(["experiment", "--plan", "--smoke", "--root",
+                     str(tmp_path)]) == 0  # no id: every experiment
+    ids = [ln.split()[0] for ln in capsys.readouterr().out.splitlines()[:-1]]
+    assert ids == sorted(EXPERIMENTS, key=lambda i: int(i[1:]))
 
 
 def test_experiment_shards_split_a_grid(tmp_path, capsys):

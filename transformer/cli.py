@@ -535,13 +535,13 @@ def run_experiments(args) -> int:
         raise ValueError(f"--root: {str(root)!r} is a file; expected a "
                          f"folder")
     ordered = sorted(EXPERIMENTS, key=lambda i: int(i[1:]))  # E1, E2, ...
-    if args.list or args.id is None:
+    if args.list or (args.id is None and not args.plan):
         for i in ordered:
             exp = EXPERIMENTS[i].smoke() if args.smoke else EXPERIMENTS[i]
             have, n = count_records(exp, root)
             print(f"{exp.id:<4} {exp.title} ({have}/{n} runs)")
         return 0
-    wanted = args.id.upper()
+    wanted = (args.id or "all").upper()  # --plan alone: every experiment
     if wanted != "ALL" and wanted not in EXPERIMENTS:
         raise ValueError(f"experiment: unknown id {args.id!r}; expected "
                          f"one of {', '.join(ordered)} or 'all' (see "
