@@ -249,6 +249,8 @@ ALLOW = [  # settings, thresholds and definitions the report states
      "E28's declared margin, quoted from its prediction"),
     ('E28 (2026-12-03): at lr $10^{-1}$ at',
      "E28's declared learning rate, a setting"),
+    ('costs at least double what two heads cost |',
+     "the conversion's predicted factor, quoted from chapter 17"),
     ('when the 400\nsteps ended', "E6's declared budget, a setting"),
     ('a longer run at 256 is a diagnostic',
      "E15b's declared sequence length, a setting"),
