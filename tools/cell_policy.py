@@ -396,24 +396,16 @@ TABLE.update({
         ('import collections', HI),
     ],
     '03_tokenizer': [
-        ('import statistics', HI),
-        ('real = json.loads((ROOT / "results/tokenizer/real_vocab.json").read_text())', HI),
         ('_MAX_ID = sys.maxunicode', HI),
         ('def _allowed(self, allowed_special):', HI),
         ('def _surrogates_else_replace(err):', HI),
-        ('import os\n\nfrom tokenizers import Tokenizer, models, pre_tokenizers, trainers', HI),
-        # infrastructure: folded here until it moves to an appendix
         ('§Making it fast', HI),
         ('§Saving and loading', HI),
-        ('§Real vocabularies: tiktoken rank files', HI),
-        ('§Leaving the book: a `tokenizers` file', HI),
 
         ('def _check_merges(merges, max_token_bytes):', HI),
         ('all_chunks = regex.findall(GPT2_PATTERN, corpus)', HI),
         ('twin = _ascii_twin(GPT2_PATTERN, regex.compile(GPT2_PATTERN))', HI),
         ('import tiktoken', HI),
-        ('import tempfile', HI),
-        ('glue("rv_byte0_id", permuted.byte_ids[0], display=False)', RC),
         ('import json', HI),
     ],
     '04_attention': [
@@ -437,9 +429,6 @@ TABLE.update({
         ('from transformer.model import GPT, gpt_param_count', HI),
         ('with torch.random.fork_rng():', HI),
         ('from transformer import LayerNorm, RMSNorm', HI),
-        # infrastructure: folded here until it moves to an appendix
-        ('§Saving for Hugging Face', HI),
-
         ('def _check_idx(cfg: GPTConfig, idx, start_pos: int, caches) -> None:',
          HI),
         ('torch.manual_seed(0)', HI),
@@ -460,9 +449,6 @@ TABLE.update({
     ],
     '09_training': [
         ('import contextlib\nimport dataclasses', HI),
-        ('def rng_state(', HI),
-        ('def check_resume(', HI),
-        ('def resumed_configs(', HI),
         ('class TrainingInterrupted(KeyboardInterrupt):', HI),
         ('"""The training chapter', HI),
         ('LEAK_MODEL =', HI),
@@ -473,8 +459,6 @@ TABLE.update({
         ('from transformer.bench import ratio_of_medians_ci', HI),
         ('bp = json.loads((results / "bench_preset.json").read_text())', HI),
         ('import contextlib\n\nimport transformer.model as model_module', HI),
-        # infrastructure: folded here until it moves to an appendix
-        ('§Checkpoints', HI),
         ('§### Presets and the command line', HI),
         ('§Your own text', HI),
 
@@ -567,7 +551,6 @@ TABLE.update({
         ('rungs = [r for ph in ladder for r in ladder[ph].values()]', HI),
         ('def ladder_answer(ph, fam):', RI),
         ('from transformer.experiments import *', RC),
-        ('§The declarations', HI),
         ('§Reading the records', HI),
         ('ft = ROOT / "failure_tests"', HI),
         ('all_recs = [r for i in EXPERIMENTS for r in load_runs(i, ROOT)]',
@@ -602,6 +585,37 @@ TABLE.update({
         ('§Verdicts from paired intervals', HI),
         ('§Probes', HI),
         ('§Checks: a smoke run, live', HI),
+    ],
+    '93_declarations': [
+        # the declarations, moved from chapter 15 with their folding
+        ('from myst_nb import glue', RC),
+        ('§The recipe, and why bytes', HI),
+        ('§Probes: E10 to E13 through the same runner', HI),
+        ('§Probe E15: associative recall, attention against a fixed-window MLP', HI),
+        ("§Probes E16 to E18: the chapters' own measurements", HI),
+        ('§The decided reruns: E22 to E27', HI),
+        ("§Grouped-query attention's loss: E31", HI),
+        ('§The budget study: E30', HI),
+        ('§The table', HI),
+    ],
+    '94_tokenizer_files': [
+        # the file formats, moved from chapter 3 with their folding
+        ('import json\nimport tempfile\nimport time', HI),
+        ('§Saving and loading', HI),
+        ('§Real vocabularies: tiktoken rank files', HI),
+        ('§Leaving the book: a `tokenizers` file', HI),
+        ('glue("rv_byte0_id", permuted.byte_ids[0], display=False)', RC),
+        ('import statistics', HI),
+        ('real = json.loads((ROOT / "results/tokenizer/real_vocab.json").read_text())', HI),
+        ('import os\n\nfrom tokenizers import Tokenizer, models, pre_tokenizers, trainers', HI),
+        ('§Saving for Hugging Face', HI),
+    ],
+    '96_checkpoints': [
+        # the checkpoint module, moved from chapter 9 with its folding
+        ('import math\nimport os\nimport tempfile', HI),
+        ('§The file', HI),
+        ('§Resuming', HI),
+        ('§Two runs, one file', HI),
     ],
     '95_cli': [
         ('"""The command line\'s options, read without importing torch: each verb\'s', HI),
