@@ -611,7 +611,11 @@ CLAIMS = [
         str(_book(root, "07_bigram.ng_n_below")) == "0")),
     ("a feed-forward ratio of 1 clears the bar",
      "E3's first prediction, quoted; the margin it reached is linked"),
-    ("three warm-ups,\none seed)", _seed_claim(1, "E19")),
+    ("(one seed per cell)", _seed_claim(1, "E19")),
+    ("nats worse than pre-norm ([", lambda root: _book(
+        root, "15_ablations.e6b_s2_8_post_read") == "worse"),
+    ("there ([", lambda root: _book(
+        root, "15_ablations.e6b_s2_8_post_sqrtd_read") == "within"),
     ("Five paired seeds at each arm's best cell (E21, E32)",
      "stage 2's declared seeds, a plan stated as such"),
     ("both seeds short; the prediction", lambda root: all(
