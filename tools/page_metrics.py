@@ -1,6 +1,7 @@
 """Measure the rendered book as a reader meets it: headless Chromium on `_build/html`.
 
     python tools/page_metrics.py [--html _build/html] [--out results/report/page_metrics.json]
+        [--only PAGE ...] [--shots DIR]   # DIR/<page>.png: the top of each page
 
 For every page of the build (front matter, chapters, appendices) it loads the
 page in a 1280 px wide window, waits for MathJax, and reads from the DOM:
@@ -23,8 +24,9 @@ page in a 1280 px wide window, waits for MathJax, and reads from the DOM:
 
 Needs `chromium` (Debian: `apt-get install chromium`). The page is measured on
 a temporary copy with one injected script; the build itself is not changed.
-Totals are given for chapters 01-16, for those plus the appendices 90 and 95
-(the material the reader review measured), and for every page.
+Totals are given for chapters 01-16, for those plus every appendix numbered
+9N (the material the reader review measured: its infrastructure sections have
+since moved from the chapters into appendices 92-96), and for every page.
 """
 from __future__ import annotations
 
@@ -172,6 +174,15 @@ def measure_page(page: Path, exe: str) -> dict:
     return data
 
 
+def screenshot(page: Path, exe: str, out: Path, height: int = 2400) -> None:
+    """The top `height` px of `page` at the measuring width, as a PNG."""
+    subprocess.run(
+        [exe, "--headless", "--no-sandbox", "--disable-gpu",
+         f"--window-size={WIDTH},{height}", "--hide-scrollbars",
+         "--virtual-time-budget=15000", f"--screenshot={out}",
+         page.as_uri()], capture_output=True, timeout=180, check=True)
+
+
 def pages(html: Path) -> list[Path]:
     return sorted((html / "book").glob("*.html"))
 
@@ -198,6 +209,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--label", default="", help="what build this is")
     ap.add_argument("--only", nargs="*", default=None,
                     help="measure only these pages (stems), print sections")
+    ap.add_argument("--shots", default=None, metavar="DIR",
+                    help="also write the top of each measured page as "
+                         "DIR/<page>.png")
     args = ap.parse_args(argv)
     html = Path(args.html).resolve()
     if not (html / "book").is_dir():
@@ -209,6 +223,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.only is not None and page.stem not in args.only:
             continue
         per[page.stem] = measure_page(page, exe)
+        if args.shots:
+            Path(args.shots).mkdir(parents=True, exist_ok=True)
+            screenshot(page, exe, Path(args.shots).resolve() /
+                       f"{page.stem}.png")
         if args.only is not None:
             for title, px in per[page.stem]["sections"]:
                 print(f"    {px:>8,} px  {title}")
@@ -224,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         "pages": per,
         "totals": {
             "chapters_01_16": totals(per, numbered),
-            "chapters_and_appendices_90_95": totals(per, numbered + appendix),
+            "chapters_and_appendices": totals(per, numbered + appendix),
             "all_pages": totals(per, list(per)),
         },
     }

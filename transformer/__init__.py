@@ -160,12 +160,6 @@ _WHERE = {  # public name -> module defining it
     "cache_chunks": "kernels",
     "gelu_tanh_fused": "kernels",
     "cross_entropy_mean": "kernels",
-    "shape_key": "sweep",
-    "group_by_shape": "sweep",
-    "StackedGPT": "sweep",
-    "clip_per_model": "sweep",
-    "StackedAdamW": "sweep",
-    "train_many": "sweep",
     "grouped_heads": "grouped",
     "grouped_attention": "grouped",
     "grouped_cache_bytes": "grouped",
@@ -275,6 +269,12 @@ _WHERE = {  # public name -> module defining it
     "remove_stale_temporaries": "checkpoint",
     "CheckpointLocked": "checkpoint",
     "checkpoint_lock": "checkpoint",
+    "shape_key": "sweep",
+    "group_by_shape": "sweep",
+    "StackedGPT": "sweep",
+    "clip_per_model": "sweep",
+    "StackedAdamW": "sweep",
+    "train_many": "sweep",
 }
 
 import importlib as _importlib
