@@ -602,6 +602,7 @@ TABLE.update({
         ('e20 = EXPERIMENTS["E20"]', HI),
         ('def by_depth_seed(recs):', RI),
         ('import statistics\n\n\ndef last_block(recs, key):', RI),
+        ("# E32's prediction, read once", RC),
         ('from transformer.ablations import BUDGETS, DELTA', HI),
         ('def spearman(xs, ys):', HI),
         ('e1 = EXPERIMENTS["E1"]', HI),
