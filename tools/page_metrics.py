@@ -26,7 +26,7 @@ Needs `chromium` (Debian: `apt-get install chromium`). The page is measured on
 a temporary copy with one injected script; the build itself is not changed.
 Totals are given for chapters 01-16, for those plus every appendix numbered
 9N (the material the reader review measured: its infrastructure sections have
-since moved from the chapters into appendices 92-96), and for every page.
+since moved from the chapters into appendices 92-97), and for every page.
 """
 from __future__ import annotations
 
@@ -147,6 +147,16 @@ def browser() -> str:
                      "(apt-get install chromium)")
 
 
+def chromium(exe: str, page: Path, height: int, action: str, **kw):
+    """Headless Chromium on `page` in a WIDTH x `height` window, with one
+    action (`--dump-dom`, `--screenshot=...`)."""
+    return subprocess.run(
+        [exe, "--headless", "--no-sandbox", "--disable-gpu",
+         f"--window-size={WIDTH},{height}", "--hide-scrollbars",
+         "--virtual-time-budget=15000", action, page.as_uri()],
+        capture_output=True, timeout=180, **kw)
+
+
 def measure_page(page: Path, exe: str) -> dict:
     html = page.read_text(encoding="utf-8")
     probe = page.with_name(f".metrics_{page.name}")
@@ -155,11 +165,7 @@ def measure_page(page: Path, exe: str) -> dict:
     try:
         # the measuring pre is appended last; the window's height only sets
         # the viewport, the scroll height is the page's own
-        out = subprocess.run(
-            [exe, "--headless", "--no-sandbox", "--disable-gpu",
-             f"--window-size={WIDTH},1000", "--hide-scrollbars",
-             "--virtual-time-budget=15000", "--dump-dom", probe.as_uri()],
-            capture_output=True, text=True, timeout=180).stdout
+        out = chromium(exe, probe, 1000, "--dump-dom", text=True).stdout
     finally:
         probe.unlink()
     found = re.search(r"<div id=\"page-metrics-json\"[^>]*>(.*?)</div>",
@@ -176,11 +182,7 @@ def measure_page(page: Path, exe: str) -> dict:
 
 def screenshot(page: Path, exe: str, out: Path, height: int = 2400) -> None:
     """The top `height` px of `page` at the measuring width, as a PNG."""
-    subprocess.run(
-        [exe, "--headless", "--no-sandbox", "--disable-gpu",
-         f"--window-size={WIDTH},{height}", "--hide-scrollbars",
-         "--virtual-time-budget=15000", f"--screenshot={out}",
-         page.as_uri()], capture_output=True, timeout=180, check=True)
+    chromium(exe, page, height, f"--screenshot={out}", check=True)
 
 
 def pages(html: Path) -> list[Path]:
