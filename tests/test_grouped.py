@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from transformer.attention import attention, causal_mask
 from transformer.grouped import (grouped_attention, grouped_cache_bytes,
-                                 grouped_heads)
+                                 grouped_decode, grouped_heads)
 from transformer.kv_cache import generate, make_caches
 from transformer.hf_files import save_hf_gpt2
 from transformer.model import GPT, GPTConfig, gpt_param_count
@@ -154,11 +154,67 @@ def test_keys_and_values_are_not_copied():
     torch.testing.assert_close(out, ref, rtol=0, atol=1e-6)
 
 
+@pytest.mark.parametrize("Hkv", [1, 2, 4])
+def test_grouped_decode_is_one_call_equal_to_the_slices(Hkv, monkeypatch):
+    """Move 5: one decoding step in one attention call (each stored key
+    read once), equal to the g slices of move 4 and to SDPA with
+    enable_gqa."""
+    import transformer.grouped as grouped_module
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 4, 1, 8, generator=g)  # (B, H, 1, Dh)
+    k, v = (torch.randn(2, Hkv, 13, 8, generator=g) for _ in range(2))
+    calls = []
+    real = grouped_module.softmax_rows_
+    monkeypatch.setattr(grouped_module, "softmax_rows_",
+                        lambda p: calls.append(p.shape) or real(p))
+    out = grouped_decode(q, k, v)
+    assert calls == [(2, Hkv, 4 // Hkv, 13)]  # one softmax: all heads
+    ref = grouped_heads(lambda a, b, c: attention(a, b, c)[0], q, k, v)
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-6)
+    sdpa = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    torch.testing.assert_close(out, sdpa, rtol=0, atol=1e-5)
+
+
+def test_grouped_decode_rejects_more_than_one_query():
+    q, k = torch.zeros(1, 4, 2, 8), torch.zeros(1, 2, 5, 8)
+    with pytest.raises(ValueError, match="q: expected one query position"):
+        grouped_decode(q, k, k)
+    with pytest.raises(ValueError, match="k: expected a number of heads"):
+        grouped_decode(q[:, :, :1], torch.zeros(1, 3, 5, 8),
+                       torch.zeros(1, 3, 5, 8))
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_grouped_model_decodes_like_recompute_on_both_kernels(fused):
+    m = model(n_kv_head=1, pos_encoding="rope", fused=fused)
+    x = idx(B=2, T=12)
+    caches = make_caches(m, 2, 12)
+    step = torch.cat([m(x[:, :4], caches=caches)[0]] + [
+        m(x[:, t:t + 1], start_pos=t, caches=caches)[0]
+        for t in range(4, 12)], dim=1)
+    torch.testing.assert_close(step, m(x)[0], rtol=0, atol=1e-5)
+
+
 def test_param_count_follows_kv_heads():
     for Hkv in (1, 2, 4):
         for bias in (True, False):
             m = model(n_kv_head=Hkv, bias=bias)
             assert m.n_params() == gpt_param_count(m.config)
+
+
+@pytest.mark.parametrize("Hkv", [1, 2, 4])
+def test_cost_model_counts_kv_heads(Hkv):
+    """Chapter 10's cost model follows n_kv_head: its places add up to the
+    parameters the model holds, its cache bytes are the bytes a cache holds,
+    and a decode step reads exactly those bytes beyond the weights."""
+    from transformer.cost_model import kv_cache_bytes, param_breakdown
+    from transformer.kv_cache import decode_step_bytes
+    m = model(n_kv_head=Hkv, pos_encoding="rope")
+    assert param_breakdown(m.config)["total"] == m.n_params()
+    caches = make_caches(m, 2, 24)
+    held = sum(c.nbytes for c in caches)
+    assert kv_cache_bytes(24, 2, m.config) == held
+    assert decode_step_bytes(m.config, 24, B=2)["cache"] == held
 
 
 @pytest.mark.parametrize("bad", [3, 0, -2, 8, True, 2.0, "2"])

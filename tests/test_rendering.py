@@ -1,5 +1,6 @@
 """What the rendered page shows: no raw `$`-LaTeX left in prose, no print
-loop cut into many output boxes, and every figure captioned.
+loop cut into many output boxes, no output line wider than the page, and
+every figure captioned.
 
 The `$` check parses every markdown cell (and the front-matter pages) with
 the book's own MyST settings (dollarmath, amsmath, colon fences) and fails on
@@ -63,22 +64,34 @@ def test_the_check_catches_the_chapter_14_case():
     assert raw_dollars("It costs \\$5, with math $x$.") == []
 
 
-# Chapters whose executed notebooks still hold a cell with more than
-# MAX_BOXES stream boxes after the page joins adjacent ones (a cell that
-# prints between rich outputs, or a live log): the set can only shrink.
-MAX_BOXES = 3
+# Chapters whose executed notebooks still hold a cell whose text output is
+# more than MAX_BOXES boxes after the page joins adjacent ones (a cell that
+# prints between rich outputs): the set can only shrink. A figure is not a
+# text box (a figure with its numbers printed under it is not a split), and a
+# stream the page removes (the `remove-stderr` tag) shows nothing.
+MAX_BOXES = 1
 PENDING = {"15_ablations"}
 
 
 def shown_boxes(cell) -> int:
-    """Output boxes a reader sees: glue records show nothing, and adjacent
-    boxes of one stream are joined on the page (tools/hide_directives.py)."""
+    """Text boxes a reader sees: glue records and figures are not counted,
+    and adjacent boxes of one stream are joined on the page
+    (tools/hide_directives.py)."""
+    tags = cell.get("metadata", {}).get("tags", [])
+    if "remove-output" in tags:
+        return 0
     boxes, last = 0, None
     for o in cell.outputs:
         data = o.get("data", {})
         if any(k.startswith("application/papermill.record/") for k in data):
             continue
-        kind = (o.output_type, o.get("name"))
+        if "image/png" in data:
+            last = None  # a figure between two prints keeps them apart
+            continue
+        name = o.get("name")
+        if o.output_type == "stream" and f"remove-{name}" in tags:
+            continue
+        kind = (o.output_type, name)
         if o.output_type == "stream" and kind == last:
             continue
         boxes, last = boxes + 1, kind
@@ -103,13 +116,64 @@ def test_split_check_counts_what_the_page_shows():
     out = nbformat.v4.new_output
     glue = out("display_data", data={
         "application/papermill.record/text/plain": "'1'"})
+    figure = out("display_data", data={"image/png": "", "text/plain": "F"})
     cell = nbformat.v4.new_code_cell("", outputs=[
         out("stream", name="stdout", text="a\n"), glue,
         out("stream", name="stdout", text="b\n"), glue,
         out("stream", name="stdout", text="c\n"),
         out("stream", name="stderr", text="w\n"),
-        out("stream", name="stdout", text="d\n")])
-    assert shown_boxes(cell) == 3  # a+b+c joined, stderr, d
+        out("stream", name="stdout", text="d\n"), figure])
+    assert shown_boxes(cell) == 3  # a+b+c joined, stderr, d; no figure
+    cell.metadata["tags"] = ["remove-stderr"]
+    assert shown_boxes(cell) == 1  # a+b+c+d, the stderr removed
+    cell.outputs.insert(1, figure)  # a figure between a and b
+    assert shown_boxes(cell) == 2
+
+
+# An output line wider than this many characters scrolls sideways at a
+# 1280 px window (the page's output type, book/_static/reader.css: measured
+# with tools/page_metrics.py, 101 fit); a cell tagged `wrap-output` (a
+# transcript of messages) wraps at the column instead.
+MAX_OUTPUT_CHARS = 100
+
+
+def wide_output_lines(cell) -> list[str]:
+    tags = cell.get("metadata", {}).get("tags", [])
+    if {"remove-output", "remove-cell", "wrap-output"} & set(tags):
+        return []
+    wide = []
+    for o in cell.outputs:
+        if o.output_type == "stream" and f"remove-{o.name}" not in tags:
+            text = o.text
+        elif o.output_type == "execute_result":
+            text = o.data.get("text/plain", "")
+        elif o.output_type == "error":
+            text = f"{o.ename}: {o.evalue}"
+        else:
+            continue
+        wide += [line for line in text.split("\n")
+                 if len(line) > MAX_OUTPUT_CHARS]
+    return wide
+
+
+@pytest.mark.parametrize("name", sorted(
+    p.stem for p in Paths.CHAPTERS.glob("*.md")))
+def test_no_output_line_is_wider_than_the_page(name):
+    nb = nbformat.read(Paths.BOOK / f"{name}.ipynb", as_version=4)
+    wide = [line[:60] for c in nb.cells if c.cell_type == "code"
+            for line in wide_output_lines(c)]
+    assert not wide, (f"{len(wide)} output lines over {MAX_OUTPUT_CHARS} "
+                      f"characters (shorten them, or tag a transcript "
+                      f"`wrap-output`): {wide[:3]}")
+
+
+def test_width_check_counts_what_the_page_shows():
+    out = nbformat.v4.new_output
+    cell = nbformat.v4.new_code_cell("", outputs=[
+        out("stream", name="stdout", text="x" * 101 + "\n" + "y" * 100)])
+    assert len(wide_output_lines(cell)) == 1
+    cell.metadata["tags"] = ["wrap-output"]
+    assert wide_output_lines(cell) == []
 
 
 def test_every_figure_has_a_caption():

@@ -190,8 +190,8 @@ CAPTIONS: dict[str, list[tuple[str, str, str]]] = {
     "15_ablations": [
         ("import statistics\n\n\ndef last_block(recs, key):", "fig-e6b-grads",
          "E6 rebuilt, stage 2: the last block's gradient norm against depth "
-         "(log-log), at step 0 and after step 10, median over the seeds "
-         "landed, with Xiong et al.'s 1/sqrt(L) for pre-norm drawn through "
+         "(log-log), at step 0 and after step 10, median over the seeds, "
+         "with Xiong et al.'s 1/sqrt(L) for pre-norm drawn through "
          "its depth-2 value."),
         ('rungs = [r for ph in ladder for r in ladder[ph].values()]',
          "fig-e15b-ladder",
@@ -223,8 +223,12 @@ OPTION = re.compile(r"^:mystnb:.*$")
 
 
 def option_line(name: str, caption: str) -> str:
+    """The cell's options: the numbered figure and its caption, and the
+    caption again as the image's alternative text (read aloud, shown when
+    the image does not load)."""
     return (":mystnb: " + json.dumps({"figure": {"caption": caption,
-                                                 "name": name}}))
+                                                 "name": name},
+                                      "image": {"alt": caption}}))
 
 
 def resolve(chapter: str, text: str):

@@ -63,6 +63,13 @@ def kernel_env() -> dict[str, str]:
     return env
 
 
+# Figures at twice their pixel density, shown at the same size (the PNG's
+# width and height travel in the output's metadata): sharp on a HiDPI screen,
+# the page's layout unchanged. nbval does not compare images, so a kernel
+# started without this (pytest's) compares the same outputs.
+KERNEL_ARGS = ["--InlineBackend.figure_formats=retina"]
+
+
 def execute(names: list[str] | None = None) -> None:
     import nbformat
     from nbclient import NotebookClient
@@ -74,7 +81,7 @@ def execute(names: list[str] | None = None) -> None:
         nb = notebook_from_chapter(path)
         start = time.perf_counter()
         NotebookClient(nb, timeout=1800, kernel_name="python3",
-                       record_timing=False,
+                       record_timing=False, extra_arguments=KERNEL_ARGS,
                        resources={"metadata": {"path": str(Paths.BOOK)}}
                        ).execute()
         timings[path.stem] = time.perf_counter() - start

@@ -10,11 +10,14 @@ page in a 1280 px wide window, waits for MathJax, and reads from the DOM:
 - `code_cells_shown`, `code_lines_shown`: code inputs a reader sees without
   opening anything (non-blank lines; a `hide-input` cell is folded, so it is
   counted in `code_cells_folded` instead, and a removed cell is not in the page);
-- `split_output_cells`, `max_output_boxes`: cells whose output is more than one
-  box (a print loop in a stream that was interrupted, a table header apart from
-  its rows);
+- `split_output_cells`, `max_output_boxes`: cells whose text output is more
+  than one box (a print loop in a stream that was interrupted, a table header
+  apart from its rows; a figure is not counted, so a figure with the numbers
+  printed under it is not a split);
 - `overflow_blocks`: code, output or table blocks wider than their column
-  (scrolling sideways);
+  (scrolling sideways); `overflow_where` lists each as [tag, px beyond the
+  column, its first line], and `split_where` each split cell as [boxes, the
+  first line of its code];
 - `figures`, `figures_captioned`: images in the page and those inside a
   numbered figure with a caption;
 - `raw_dollar_nodes`: prose text (outside code and typeset math) that still
@@ -73,20 +76,44 @@ SCRIPT = r"""
     m.code_cells_shown = cells; m.code_lines_shown = lines;
     m.code_cells_folded = folded;
     let split = 0, maxBoxes = 0;
+    const splitWhere = [];
     document.querySelectorAll('div.cell_output').forEach(function (out) {
-      const boxes = Array.from(out.children).filter(function (c) {
-        return visible(c); }).length;
-      if (boxes > 1) split += 1;
+      // text boxes only: a figure beside the numbers printed under it is
+      // two outputs by design, not one print cut in pieces. A markdown
+      // output is rendered as bare nodes (paragraphs, tables), not in a
+      // div.output: a run of such nodes is one box.
+      let boxes = 0, inMarkdown = false;
+      Array.from(out.children).forEach(function (c) {
+        if (!visible(c) || c.querySelector('img') || c.tagName === 'IMG') {
+          inMarkdown = false; return; }
+        if (c.classList.contains('output')) { boxes += 1; inMarkdown = false; }
+        else if (!inMarkdown) { boxes += 1; inMarkdown = true; }
+      });
+      if (boxes > 1) {
+        split += 1;
+        const cell = out.closest('div.cell');
+        const pre = cell && cell.querySelector('div.cell_input pre');
+        splitWhere.push([boxes, pre ?
+            pre.textContent.split('\n')[0].slice(0, 70) : '']);
+      }
       maxBoxes = Math.max(maxBoxes, boxes);
     });
     m.split_output_cells = split; m.max_output_boxes = maxBoxes;
+    m.split_where = splitWhere;
     let over = 0;
+    const overWhere = [];
     art.querySelectorAll('pre, table').forEach(function (b) {
       if (!visible(b)) return;
       const box = b.tagName === 'TABLE' ? (b.parentElement || b) : b;
-      if (b.scrollWidth > box.clientWidth + 2) over += 1;
+      if (b.scrollWidth > box.clientWidth + 2) {
+        over += 1;
+        // [tag, px beyond the column, the block's first line]
+        overWhere.push([b.tagName.toLowerCase(),
+                        b.scrollWidth - box.clientWidth,
+                        b.textContent.trim().split('\n')[0].slice(0, 70)]);
+      }
     });
-    m.overflow_blocks = over;
+    m.overflow_blocks = over; m.overflow_where = overWhere;
     const imgs = Array.from(art.querySelectorAll('img'));
     m.figures = imgs.length;
     m.figures_captioned = imgs.filter(function (i) {
@@ -234,6 +261,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"    {px:>8,} px  {title}")
             for px, first in per[page.stem]["tallest_outputs"]:
                 print(f"    output {px:>6,} px  {first}")
+            for tag, px, first in per[page.stem]["overflow_where"]:
+                print(f"    too wide {tag:5s} +{px:>4} px  {first}")
+            for boxes, first in per[page.stem]["split_where"]:
+                print(f"    split into {boxes} boxes  {first}")
         print(f"{page.stem:20s} {per[page.stem]['height_px']:>8,} px "
               f"{per[page.stem]['code_lines_shown']:>6} code lines")
     numbered = [n for n in per if re.fullmatch(r"(0[1-9]|1[0-6])_.*", n)]

@@ -66,8 +66,9 @@ def param_breakdown(config=None, **overrides) -> dict[str, int]:
     s = model_shape(config, **overrides)
     D, F, V, b = s.n_embd, s.ffn_dim, s.vocab_size, int(s.bias)
     norm = D + (D * b if s.norm == "layernorm" else 0)
+    Dkv = s.kv_heads * s.head_dim  # = D unless grouped (chapter 17)
     layer = {
-        "attn_qkv": 3 * D * D + 3 * D * b,
+        "attn_qkv": D * D + 2 * D * Dkv + (D + 2 * Dkv) * b,
         "attn_out": D * D + D * b,
         "ffn_in": D * F + F * b,
         "ffn_out": F * D + D * b,
@@ -184,13 +185,14 @@ def activation_bytes(T: int, B: int = 1, config=None, bytes_per: int = 4,
 def kv_cache_bytes(T: int, B: int = 1, config=None, bytes_per: int = 4,
                    **overrides) -> int:
     """Bytes of the key-value cache after T tokens,
-    2 * L * B * T * H * Dh * bytes, eq. (eq-kv-bytes).
+    2 * L * B * T * H * Dh * bytes, eq. (eq-kv-bytes), with H the
+    key/value heads (n_kv_head when grouped, chapter 17).
 
     Derived in chapter "The cost model", move 6."""
     _check_positive(T=T, B=B)
     _check_bytes(bytes_per)
     s = model_shape(config, **overrides)
-    return 2 * s.n_layer * B * T * s.n_head * s.head_dim * bytes_per
+    return 2 * s.n_layer * B * T * s.kv_heads * s.head_dim * bytes_per
 
 
 def kv_crossover_length(config=None, B: int = 1, **overrides) -> float:

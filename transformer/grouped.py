@@ -5,16 +5,19 @@ from __future__ import annotations
 __all__ = [
     "grouped_heads",
     "grouped_attention",
+    "grouped_decode",
     "grouped_cache_bytes",
     "mean_pool_kv",
 ]
 
 
 import dataclasses
+import math
 
 import torch
 
 from transformer.attention import attention
+from transformer.kernels import softmax_rows_
 
 
 def grouped_heads(fn, q: torch.Tensor, k: torch.Tensor,
@@ -25,17 +28,23 @@ def grouped_heads(fn, q: torch.Tensor, k: torch.Tensor,
     v are passed on as they are, never repeated (move 4). With g = 1 this
     is fn(q, k, v). Shapes: q (B, H, T, Dh), k (B, Hkv, S, Dh), v (B, Hkv,
     S, Dv) -> (B, H, T, Dv). Chapter "Grouped-query attention"."""
-    H, Hkv = q.shape[1], k.shape[1]
-    if Hkv < 1 or H % Hkv or v.shape[1] != Hkv:
-        raise ValueError(f"k: expected a number of heads that divides q's "
-                         f"{H} (and equals v's), got {Hkv} and "
-                         f"{v.shape[1]}")
+    H, Hkv = q.shape[1], _kv_heads(q, k, v)
     g = H // Hkv
     if g == 1:
         return fn(q, k, v)
     outs = [fn(q[:, r::g], k, v) for r in range(g)]  # g x (B, Hkv, T, Dv)
     B, _, T, Dv = outs[0].shape
     return torch.stack(outs, dim=2).view(B, H, T, Dv)  # (B, H, T, Dv)
+
+
+def _kv_heads(q, k, v) -> int:
+    """k's heads, a divisor of q's that v shares, else a ValueError."""
+    H, Hkv = q.shape[1], k.shape[1]
+    if Hkv < 1 or H % Hkv or v.shape[1] != Hkv:
+        raise ValueError(f"k: expected a number of heads that divides q's "
+                         f"{H} (and equals v's), got {Hkv} and "
+                         f"{v.shape[1]}")
+    return Hkv
 
 
 def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -51,6 +60,29 @@ def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                          "heads (head axis of size 1, or none)")
     return grouped_heads(lambda a, b, c: attention(a, b, c, mask, scale)[0],
                          q, k, v)
+
+
+def grouped_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                   scale: float | None = None) -> torch.Tensor:
+    """One decoding step of grouped-query attention in one attention call:
+    the g query heads that share key/value head j become g query rows of
+    one attention against head j, so each stored key and value is read
+    once, not once per slice (move 5). For one query position that sees
+    every key, as in decoding (no mask). Shapes: q (B, H, 1, Dh), k (B,
+    Hkv, S, Dh), v (B, Hkv, S, Dv) -> (B, H, 1, Dv). Chapter "Grouped-query
+    attention", section "Measured: decode time"."""
+    if q.dim() != 4 or q.shape[2] != 1:
+        raise ValueError(f"q: expected one query position, (B, H, 1, Dh), "
+                         f"got {tuple(q.shape)}")
+    B, H, _, Dh = q.shape
+    Hkv = _kv_heads(q, k, v)
+    scale = 1.0 / math.sqrt(Dh) if scale is None else scale
+    rows = q.reshape(B, Hkv, H // Hkv, Dh) * scale  # row r of group j: jg + r
+    # the scores as (k rows^T)^T: with the many keys as the left operand
+    # the product measured faster than rows k^T for a few rows, this CPU
+    p = torch.matmul(k, rows.transpose(-2, -1)).transpose(-2, -1)
+    out = torch.matmul(softmax_rows_(p.contiguous()), v)  # (B, Hkv, g, Dv)
+    return out.reshape(B, H, 1, v.shape[-1])  # (B, H, 1, Dv)
 
 
 def grouped_cache_bytes(config, S: int, B: int = 1,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 __all__ = [
+    "softmax_rows_",
     "causal_attention",
     "layer_norm",
     "rms_norm",
@@ -17,8 +18,9 @@ import math
 import torch
 
 
-def _softmax_rows_(p: torch.Tensor) -> torch.Tensor:
-    """Stable softmax over the last axis, in place: p becomes A."""
+def softmax_rows_(p: torch.Tensor) -> torch.Tensor:
+    """Stable softmax over the last axis, in place: p becomes A. (Also the
+    softmax of grouped decoding, chapter "Grouped-query attention".)"""
     p.sub_(p.amax(-1, keepdim=True)).exp_()
     return p.div_(p.sum(-1, keepdim=True))
 
@@ -44,7 +46,7 @@ def _attention_tiles(qs, k, v, block: int):
                                   device=qs.device).triu_(1)
             p[..., e - (b - a):].masked_fill_(hide[:b - a, :b - a],
                                               float("-inf"))
-        _softmax_rows_(p)  # (B, H, b-a, e), rows sum to 1
+        softmax_rows_(p)  # (B, H, b-a, e), rows sum to 1
         outs.append(torch.matmul(p, v[..., :e, :]))  # (B, H, b-a, Dv)
         tiles.append(p)
     out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=-2)
@@ -114,7 +116,7 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         # no mask; skipping the tile loop's slicing and bookkeeping is
         # worth a few percent of a decode step at the tiny width
         p = torch.matmul(q * scale, k.transpose(-2, -1))  # (B, H, 1, S)
-        return torch.matmul(_softmax_rows_(p), v)  # (B, H, 1, Dv)
+        return torch.matmul(softmax_rows_(p), v)  # (B, H, 1, Dv)
     return _attention_tiles(q * scale, k, v, block)[0]
 
 

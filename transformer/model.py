@@ -30,7 +30,7 @@ from torch import nn
 
 from transformer import kernels
 from transformer.attention import attention, causal_mask
-from transformer.grouped import grouped_heads
+from transformer.grouped import grouped_decode, grouped_heads
 from transformer.tiled import tiled_attention
 from transformer.positions import (ROPE_LAYOUTS, apply_rope,
                                   sinusoidal_encoding)
@@ -242,7 +242,9 @@ class CausalSelfAttention(nn.Module):
                            self.rope_layout_k)  # (B, H, T, Dh)
         if cache is not None:
             k, v = cache.update(k, v)  # (B, H, S, Dh) each
-        if self.window is not None:  # tiles inside the window (ch. 19)
+        if T == 1 and Hkv < H and self.window is None:  # grouped decoding:
+            out = grouped_decode(q, k, v, self.scale)  # one call (ch. 17)
+        elif self.window is not None:  # tiles inside the window (ch. 19)
             out = grouped_heads(lambda qg, kg, vg: tiled_attention(
                 qg, kg, vg, True, 64, self.window, self.scale), q, k, v)
         elif self.fused:  # the same, in causal tiles (ch. "Backward passes")
