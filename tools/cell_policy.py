@@ -600,7 +600,7 @@ TABLE.update({
         ('from transformer.ablations import POST_NORM_RUN', HI),
         ('r6 = Results("E6")', HI),
         ('init6 = {}', HI),
-        ('fig, axes = plt.subplots(1, 3, figsize=(14, 3.6))', HI),
+        ('fig, grid = plt.subplots(2, 2, figsize=(9.5, 6.2))', HI),
         ('from transformer.ablations import (E6B_DEPTHS, E6B_EDGE, E6B_LRS,', HI),
         ('bigram = e19_recs[0]["reference"]["bigram"]', RC),
         ('e20 = EXPERIMENTS["E20"]', HI),
@@ -634,6 +634,7 @@ TABLE.update({
         ('threads = torch.get_num_threads()', HI),
     ],
     '16_kernels': [
+        ('import matplotlib.pyplot as plt\n\nkinds = ("linear",', RI),
         ('from transformer.verdicts import target_met', HI),
         ('KINDS = {"aten::mm": "linear", "aten::addmm": "linear",', HI),
         ('from transformer.training import PRESETS', HI),

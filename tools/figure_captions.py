@@ -187,6 +187,16 @@ CAPTIONS: dict[str, list[tuple[str, str, str]]] = {
          "RoPE arm (mean over seeds, 8-byte bins); the models were trained "
          "on positions 0-63 (dotted line)."),
     ],
+    "16_kernels": [
+        ('import matplotlib.pyplot as plt\n\nkinds = ("linear", "attention",',
+         "fig-kernel-profile",
+         "Where a training step's time goes, by kind of operation (self CPU "
+         "time from PyTorch's profiler, two steps after the timed rounds): "
+         "the linear layers' products, attention's products or fused "
+         "kernel, compiled code, and everything else, for the book's model "
+         "eager and compiled and for the platform model built from "
+         "PyTorch's fused modules."),
+    ],
     "15_ablations": [
         ("import statistics\n\n\ndef last_block(recs, key):", "fig-e6b-grads",
          "E6 rebuilt, stage 2: the last block's gradient norm against depth "
@@ -212,7 +222,7 @@ CAPTIONS: dict[str, list[tuple[str, str, str]]] = {
          "E4, positional encodings: held-out loss at T = 64 per arm (left) "
          "and the rise in loss from the first to the second half of a "
          "2T window (right)."),
-        ("fig, axes = plt.subplots(1, 3, figsize=(14, 3.6))", "fig-e6",
+        ("fig, grid = plt.subplots(2, 2, figsize=(9.5, 6.2))", "fig-e6",
          "E6, pre-norm against post-norm across depth: gradient norm per "
          "block at initialisation, training loss, and gradient norm before "
          "clipping, against the step."),
