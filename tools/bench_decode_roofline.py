@@ -103,6 +103,24 @@ def profile_step(ours, hf, prompt, steps):
     return tables
 
 
+def fastest_reader(bandwidths):
+    """(reader, {reader: median GB/s}, {reader: every sample}) over a
+    run's bandwidth records: the fastest reader's rate is the floor's."""
+    pooled = {k: [x for b in bandwidths for x in b["samples"][k]]
+              for k in bandwidths[0]["samples"]}
+    med = {k: quantile(v, 0.5) for k, v in pooled.items()}
+    return max(med, key=med.get), med, pooled
+
+
+def close_record(record, out_path, t_start, reader, gb_s):
+    """The run's end: its environment again, its wall time, the write."""
+    record["environment_end"] = environment()
+    record["wall_s"] = time.perf_counter() - t_start
+    write_json(record, out_path)
+    print(f"read bandwidth ({reader}) {gb_s:.2f} GB/s; wrote "
+          f"{out_path} in {record['wall_s']:.0f} s")
+
+
 def floor_ratio(steps, nbytes, bw_samples):
     """p50(step time) / floor, with a bootstrap interval that resamples
     the steps and the bandwidth samples independently."""
@@ -187,10 +205,7 @@ def main(argv=None) -> int:
     record["peak"].append(peak_read_bandwidth(nbytes=bw_bytes,
                                               trials=peak_trials))
     # the floor: the fastest reader over the whole run, all its samples
-    pooled = {k: [x for b in record["bandwidth"] for x in b["samples"][k]]
-              for k in record["bandwidth"][0]["samples"]}
-    med = {k: quantile(v, 0.5) for k, v in pooled.items()}
-    reader = max(med, key=med.get)
+    reader, med, pooled = fastest_reader(record["bandwidth"])
     record["bandwidth_run"] = {
         "reader": reader, "samples": pooled[reader],
         "summary": {k: latency_summary(v) for k, v in pooled.items()},
@@ -204,11 +219,7 @@ def main(argv=None) -> int:
         print(f"{p['shape']} S={p['S']}: ours/floor "
               f"{p['ours']['ratio_over_floor'][0]:.2f}, hf/floor "
               f"{p['hf']['ratio_over_floor'][0]:.2f}")
-    record["environment_end"] = environment()
-    record["wall_s"] = time.perf_counter() - t_start
-    write_json(record, out_path)
-    print(f"read bandwidth ({reader}) {med[reader]:.2f} GB/s; wrote "
-          f"{out_path} in {record['wall_s']:.0f} s")
+    close_record(record, out_path, t_start, reader, med[reader])
     return 0
 
 

@@ -33,9 +33,10 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench_decode_roofline import bandwidth, floor_ratio  # noqa: E402
+from bench_decode_roofline import (bandwidth, close_record,  # noqa: E402
+                                   fastest_reader, floor_ratio)
 from transformer.bench import (environment, latency_summary,  # noqa: E402
-                               quantile, ratio_of_medians_ci, write_json)
+                               ratio_of_medians_ci, write_json)
 from transformer.kv_cache import decode_step_bytes, make_caches  # noqa: E402
 from transformer.model import GPT, GPTConfig  # noqa: E402
 
@@ -165,21 +166,14 @@ def main(argv=None) -> int:
         del models, caches
         record["bandwidth"].append(bandwidth(t_start, bw_bytes, bw_repeat))
         write_json(record, out_path)  # after every context: partial runs
-    pooled = {k: [x for b in record["bandwidth"] for x in b["samples"][k]]
-              for k in record["bandwidth"][0]["samples"]}
-    med = {k: quantile(v, 0.5) for k, v in pooled.items()}
-    reader = max(med, key=med.get)
+    reader, med, pooled = fastest_reader(record["bandwidth"])
     record["bandwidth_run"] = {"reader": reader, "GB_s": med[reader],
                                "samples": pooled[reader]}
     for p in record["points"]:
         p["floor_s"] = p["bytes"]["total"] / (med[reader] * 1e9)
         p["ratio_over_floor"] = floor_ratio(p["step_s"], p["bytes"]["total"],
                                             pooled[reader])
-    record["environment_end"] = environment()
-    record["wall_s"] = time.perf_counter() - t_start
-    write_json(record, out_path)
-    print(f"read bandwidth ({reader}) {med[reader]:.2f} GB/s; wrote "
-          f"{out_path} in {record['wall_s']:.0f} s")
+    close_record(record, out_path, t_start, reader, med[reader])
     return 0
 
 
