@@ -128,12 +128,19 @@ def floor_ratio(steps, nbytes, bw_samples):
     return list(ratio_of_medians_ci(steps, floors, paired=False))
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def bench_args(argv, doc: str):
+    """A decode benchmark's command line, `--quick` and `--out PATH`; the
+    run is timed on one thread from here on."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
+    return args
+
+
+def main(argv=None) -> int:
+    args = bench_args(argv, __doc__)
     steps, rounds, positions = STEPS, ROUNDS, POSITIONS
     bw_bytes, bw_repeat, prof_steps = BW_BYTES, 3, 8
     if args.quick:

@@ -23,7 +23,6 @@ Usage: .venv/bin/python tools/bench_gqa_decode.py [--quick] [--out PATH]
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -33,8 +32,9 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench_decode_roofline import (bandwidth, close_record,  # noqa: E402
-                                   fastest_reader, floor_ratio)
+from bench_decode_roofline import (bandwidth, bench_args,  # noqa: E402
+                                   close_record, fastest_reader,
+                                   floor_ratio)
 from transformer.bench import (environment, latency_summary,  # noqa: E402
                                ratio_of_medians_ci, write_json)
 from transformer.kv_cache import decode_step_bytes, make_caches  # noqa: E402
@@ -105,11 +105,7 @@ def profile_steps(models, caches, S, steps):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--out", default=None)
-    args = ap.parse_args(argv)
-    torch.set_num_threads(1)
+    args = bench_args(argv, __doc__)
     positions, rounds, bw_bytes, bw_repeat = POSITIONS, ROUNDS, BW_BYTES, 3
     if args.quick:
         positions, rounds = (64, 256), {64: 3, 256: 3}
