@@ -17,7 +17,7 @@ from transformer.experiments import (RECIPE, Experiment, Probe, config_hash,
                                      run_experiment, summary_rows,
                                      summary_table)
 from transformer.cli import main as cli
-from transformer.model import GPT, GPTConfig
+from transformer.model import GPT, GPTConfig, gpt_param_count
 from transformer.training import TrainConfig, init_model, train
 from transformer.stats import summarize
 
@@ -759,7 +759,14 @@ def test_decided_reruns_follow_the_declared_power_rule():
                                                  DELTA["E31"])))
     assert (e31.variable, e31.values) == ("n_kv_head", (1, 2, 4))
     assert e31.model == EXPERIMENTS["E2"].model and e31.eval_text == "split"
-    assert {e31.configs(None, v)[0].n_head for v in e31.values} == {4}
+    assert {e31.configs(s, v)[0].n_head for s, v in e31.pairs()} == {4}
+    # the matched arm: one key/value head with multi-head's parameters
+    # (within 0.1%), the feed-forward layer the only other change
+    assert e31.pairs() == [(4, 1), (4, 2), (4, 4), (4.75, 1)]
+    mha, matched = e31.configs(4, 4)[0], e31.configs(4.75, 1)[0]
+    assert dataclasses.replace(matched, n_kv_head=4, ffn_mult=4) == mha
+    assert abs(gpt_param_count(matched) / gpt_param_count(mha) - 1) < 1e-3
+    assert gpt_param_count(e31.configs(4, 1)[0]) < 0.9 * gpt_param_count(mha)
 
 
 def test_arms_share_initial_weights_where_the_chapter_says():

@@ -663,13 +663,18 @@ _E27 = _decided(_E8, "E27", DELTA["E27"], prediction=(
     "below -0.02)."))
 
 
+E31_MATCHED_FFN = 4.75  # one key/value head at multi-head's parameters
 _E31 = _decided(replace(
     _E2, title="Key/value heads at four query heads", variable="n_kv_head",
-    values=(1, 2, 4), metrics=("val_loss", *_REFS, "n_params")),
+    values=(1, 2, 4), stratum="ffn_mult", strata=(4, E31_MATCHED_FFN),
+    cells=((4, 1), (4, 2), (4, 4), (E31_MATCHED_FFN, 1)),
+    metrics=("val_loss", *_REFS, "n_params")),
     "E31", DELTA["E31"], pilot="E2", prediction=(
         "Two key/value heads are within delta = 0.02 nats of four (the "
         "whole paired interval inside +-0.02), and one (multi-query) is "
-        "worse than four by more than 0.02 nats."),
+        "worse than four by more than 0.02 nats; with the feed-forward "
+        "layer widened to give it multi-head's parameter count (ffn_mult "
+        "4.75), one key/value head is within 0.02 nats of four."),
     falsifier=(
         "one key/value head within 0.02 nats of four: sharing one head "
         "costs nothing measurable at this width and budget."))
