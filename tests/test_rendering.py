@@ -70,7 +70,7 @@ def test_the_check_catches_the_chapter_14_case():
 # text box (a figure with its numbers printed under it is not a split), and a
 # stream the page removes (the `remove-stderr` tag) shows nothing.
 MAX_BOXES = 1
-PENDING = {"15_ablations"}
+PENDING: set[str] = set()
 
 
 def shown_boxes(cell) -> int:
