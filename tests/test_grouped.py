@@ -184,6 +184,28 @@ def test_grouped_decode_rejects_more_than_one_query():
                        torch.zeros(1, 3, 5, 8))
 
 
+def test_grouped_decode_has_gradients_equal_to_the_slices():
+    """A one-position forward with gradients (a grouped model trained or
+    probed on single tokens) goes through grouped_decode too: its gradients
+    equal move 4's slices'."""
+    g = torch.Generator().manual_seed(1)
+    q0 = torch.randn(2, 4, 1, 8, generator=g)
+    k0, v0 = (torch.randn(2, 2, 9, 8, generator=g) for _ in range(2))
+    grads = []
+    for run in (lambda q, k, v: grouped_decode(q, k, v),
+                lambda q, k, v: grouped_heads(
+                    lambda a, b, c: attention(a, b, c)[0], q, k, v)):
+        q, k, v = (t.clone().requires_grad_() for t in (q0, k0, v0))
+        (run(q, k, v) ** 2).sum().backward()
+        grads.append([t.grad for t in (q, k, v)])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+    m = model(n_kv_head=1)
+    m(idx(T=1))[0].sum().backward()  # the model's path, one token
+    assert all(p.grad is not None for p in m.parameters()
+               if p.requires_grad and p.dim() > 1)
+
+
 @pytest.mark.parametrize("fused", [True, False])
 def test_grouped_model_decodes_like_recompute_on_both_kernels(fused):
     m = model(n_kv_head=1, pos_encoding="rope", fused=fused)

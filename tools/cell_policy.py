@@ -670,6 +670,7 @@ TABLE.update({
         ('parts = []  # one box for the three tables', HI),
     ],
     '93_declarations': [
+        ('from transformer.model import gpt_param_count\n\n_mha', RC),
         # the declarations, moved from chapter 15 with their folding
         ('from myst_nb import glue', RC),
         ('§The recipe, and why bytes', HI),

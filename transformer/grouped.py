@@ -18,6 +18,7 @@ import torch
 
 from transformer.attention import attention
 from transformer.kernels import softmax_rows_
+from transformer.softmax import softmax
 
 
 def grouped_heads(fn, q: torch.Tensor, k: torch.Tensor,
@@ -70,7 +71,7 @@ def grouped_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     once, not once per slice (move 5). For one query position that sees
     every key, as in decoding (no mask). Shapes: q (B, H, 1, Dh), k (B,
     Hkv, S, Dh), v (B, Hkv, S, Dv) -> (B, H, 1, Dv). Chapter "Grouped-query
-    attention", section "Measured: decode time"."""
+    attention", section "Measured: decode time against the roofline"."""
     if q.dim() != 4 or q.shape[2] != 1:
         raise ValueError(f"q: expected one query position, (B, H, 1, Dh), "
                          f"got {tuple(q.shape)}")
@@ -81,7 +82,10 @@ def grouped_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     # the scores as (k rows^T)^T: with the many keys as the left operand
     # the product measured faster than rows k^T for a few rows, this CPU
     p = torch.matmul(k, rows.transpose(-2, -1)).transpose(-2, -1)
-    out = torch.matmul(softmax_rows_(p.contiguous()), v)  # (B, Hkv, g, Dv)
+    # in place when nothing needs a backward through it (decoding); the
+    # out-of-place softmax of chapter 1 when something does
+    w = softmax(p) if p.requires_grad else softmax_rows_(p.contiguous())
+    out = torch.matmul(w, v)  # (B, Hkv, g, Dv)
     return out.reshape(B, H, 1, v.shape[-1])  # (B, H, 1, Dv)
 
 
