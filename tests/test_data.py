@@ -108,3 +108,27 @@ def test_atomic_write_is_whole_or_nothing(tmp_path, monkeypatch):
     assert target.read_bytes() == b"new\n"
     with pytest.raises(ValueError, match="data: expected str or bytes"):
         corpus_data.atomic_write(target, 3)
+
+
+def test_token_stream_survives_a_second_writer(tmp_path, monkeypatch):
+    """Two processes building the same token cache at once (two shards of
+    one grid) must both succeed: here a second build runs to completion in
+    the first one's window between writing its ids and saving the
+    tokenizer. A shared temporary name made the first one fail with
+    FileNotFoundError (seen in the decided reruns, stop 41)."""
+    from transformer import baseline
+    save, nested = baseline.BPETokenizer.save, []
+
+    def save_then_race(tok, path):
+        if not nested:  # once: the second build saves with the real save
+            nested.append(None)
+            monkeypatch.setattr(baseline.BPETokenizer, "save", save)
+            nested[0] = baseline.token_stream(257, cache_dir=tmp_path)
+        save(tok, path)
+    monkeypatch.setattr(baseline.BPETokenizer, "save", save_then_race)
+    tok, train, val = baseline.token_stream(257, cache_dir=tmp_path)
+    assert nested and bool((nested[0][1] == train).all())
+    assert sorted(p.suffix for p in tmp_path.iterdir()) == [".bpe", ".pt"]
+    monkeypatch.undo()
+    again = baseline.token_stream(257, cache_dir=tmp_path)  # from the cache
+    assert bool((again[2] == val).all()) and again[0].merges == tok.merges

@@ -19,14 +19,15 @@ __all__ = [
 
 
 import hashlib
+import io
 import lzma
 import math
 from pathlib import Path
 
 import torch
 
-from transformer.data import (CORPUS_SHA256, default_cache_dir, load_corpus,
-                   train_val_split)
+from transformer.data import (CORPUS_SHA256, atomic_write, default_cache_dir,
+                              load_corpus, train_val_split)
 from transformer.softmax import cross_entropy, log_softmax
 from transformer.tokenizer import BPETokenizer
 
@@ -60,10 +61,10 @@ def token_stream(vocab_size: int = DEFAULT_VOCAB_SIZE, cache_dir=None):
     train_ids = torch.tensor(tok.encode(train_text), dtype=torch.int64)
     val_ids = torch.tensor(tok.encode(val_text), dtype=torch.int64)
     cache.mkdir(parents=True, exist_ok=True)
-    tmp = ids_path.with_suffix(".tmp")
-    torch.save({"train": train_ids, "val": val_ids}, tmp)
-    tok.save(tok_path)
-    tmp.replace(ids_path)  # the ids appear only once both files are whole
+    buf = io.BytesIO()  # each file written whole, under a name of its own,
+    torch.save({"train": train_ids, "val": val_ids}, buf)  # so processes
+    tok.save(tok_path)  # started together (shards) never share a temp file
+    atomic_write(ids_path, buf.getvalue())  # the ids last: both are whole
     return tok, train_ids, val_ids
 
 

@@ -25,6 +25,8 @@ import binascii
 import json
 from pathlib import Path
 
+from transformer.data import atomic_write
+
 BPE_FORMAT = "transformer-bpe"
 BPE_FORMAT_VERSION = 2
 
@@ -59,7 +61,7 @@ def save_bpe(tok, path) -> None:
              json.dumps(header, ensure_ascii=False)]
     for k, (a, b) in enumerate(tok.merges):
         lines.append(f"{a} {b}\t{token_json(tok.vocab[256 + k])}")
-    Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    atomic_write(path, "\n".join(lines) + "\n")  # whole or not at all
 
 
 MAX_TOKEN_BYTES = 1024  # longest token a file may define (load, tiktoken)
