@@ -10,6 +10,9 @@ __all__ = [
     "dynamic_ntk_base",
     "rope_inv_freq",
     "set_rope_base",
+    "copy_gain",
+    "rope_base_study",
+    "position_spans",
 ]
 
 
@@ -114,3 +117,115 @@ def set_rope_base(model: GPT, base: float) -> GPT:
     for block in model.blocks:
         block.attn.rope_base = float(base)
     return model
+
+
+import time
+
+from transformer.model import GPTConfig
+from transformer.training import (TrainConfig, heldout_losses, init_model,
+                                  train)
+
+# E34's arms: three bases with the model's layout; "mixed", keys in the
+# other layout (move 3); and a trained model evaluated with ntk_base at
+# ROPE_FACTOR, no training (move 5)
+ROPE_ARMS = {"base 1e3": {"base": 1e3}, "base 1e4": {"base": 1e4},
+             "base 1e5": {"base": 1e5},
+             "mixed": {"base": 1e4, "mixed": True},
+             "base 1e4 + NTK": {"ntk_of": "base 1e4"}}
+ROPE_FACTOR = 4  # evaluated length / trained length
+COPY_DISTANCES = (16, 32, 48, 96, 160, 224)  # bytes from span to copy
+COPY_SPAN = 16  # bytes copied
+
+
+@torch.no_grad()
+def copy_gain(model: GPT, val_ids: torch.Tensor, length: int,
+              distances: tuple = COPY_DISTANCES, span: int = COPY_SPAN,
+              n_windows: int = 32, seed: int = 0) -> dict:
+    """The copy probe: in n_windows held-out windows of `length` tokens
+    (starts drawn with `seed`), the last `span` tokens are replaced by the
+    span d tokens earlier; the gain is the mean loss on the copy's tokens
+    2..span without the copy minus with it (nats per token), one per d.
+    Chapter "RoPE's base and conventions", section "Measured"."""
+    if any(not span <= d <= length - span for d in distances):
+        raise ValueError(f"distances: expected each in [span, length - "
+                         f"span] = [{span}, {length - span}], got "
+                         f"{distances!r}")
+    g = torch.Generator().manual_seed(seed)
+    starts = torch.randint(0, len(val_ids) - length, (n_windows,),
+                           generator=g)
+    base = torch.stack([val_ids[s:s + length] for s in starts])  # (N, L)
+
+    def nll(x):  # (N, L) -> (N, L - 1): the loss of every target
+        logits = model(x[:, :-1])[0]  # (N, L-1, V)
+        lp = torch.log_softmax(logits.double(), -1)  # (N, L-1, V)
+        return -lp.gather(-1, x[:, 1:, None])[..., 0]  # (N, L-1)
+    dst = length - span  # the copy ends at the window's last token
+    scored = slice(dst, dst + span - 1)  # targets dst + 1 .. dst + span - 1
+    plain = nll(base)[:, scored].mean()
+    out = {}
+    for d in distances:
+        edited = base.clone()  # (N, L)
+        edited[:, dst:] = base[:, dst - d:dst - d + span]
+        out[str(d)] = (plain - nll(edited)[:, scored].mean()).item()
+    return out
+
+
+def rope_base_study(seed: int, data, model: dict, run: dict,
+                    arms: dict = ROPE_ARMS, factor: int = ROPE_FACTOR,
+                    distances: tuple = COPY_DISTANCES,
+                    span: int = COPY_SPAN) -> dict:
+    """For each arm of `arms` ({name: {"base": b} or {"base": b, "mixed":
+    True} or {"ntk_of": an earlier arm}}), a GPTConfig(**model) with RoPE
+    at that base, initialised from `seed` (the same weights for every arm:
+    RoPE has no parameters), trained on data = (tokenizer, train_ids,
+    val_ids) with TrainConfig(**run, seed=seed); an "ntk_of" arm is the
+    named trained model evaluated at ntk_base(base, factor, Dh). Each arm
+    is scored on held-out windows of factor * block_size (run's
+    eval_batches, eval_seed) and by copy_gain. Returns {name: the arm's
+    record}. Chapter "RoPE's base and conventions", section "Measured"."""
+    _, train_ids, val_ids = data
+    cfg = TrainConfig(**{**run, "seed": seed})
+    trained, out = {}, {}
+    for name, arm in arms.items():
+        start = time.process_time()
+        if "ntk_of" in arm:
+            if arm["ntk_of"] not in trained:
+                raise ValueError(f"arms: {name!r} rescales "
+                                 f"{arm['ntk_of']!r}, which must be a "
+                                 f"trained arm listed before it")
+            net = copy.deepcopy(trained[arm["ntk_of"]])
+            set_rope_base(net, ntk_base(net.config.rope_base, factor,
+                                        net.config.head_dim))
+            losses = out[arm["ntk_of"]]["train_loss"]
+        else:
+            net = init_model(GPTConfig(**{**model, "pos_encoding": "rope",
+                                          "rope_base": arm["base"]}), seed)
+            if arm.get("mixed"):
+                mixed_layout(net)
+            losses = [round(x, 5) for x in
+                      train(net, train_ids, val_ids, cfg)["train_loss"]]
+            trained[name] = net
+        L = factor * net.config.block_size
+        nll = heldout_losses(net, val_ids, L, cfg.batch_size,
+                             cfg.eval_batches, cfg.eval_seed)  # (n, L)
+        out[name] = {
+            "rope_base_eval": net.blocks[0].attn.rope_base,
+            "rope_layout_k": net.blocks[0].attn.rope_layout_k,
+            "train_loss": losses,
+            "loss_per_position": [round(x, 5) for x in
+                                  nll.mean(0).tolist()],
+            "copy_gain": copy_gain(net, val_ids, L, distances, span,
+                                   seed=cfg.eval_seed),
+            "cpu_s": round(time.process_time() - start, 1)}
+    return out
+
+
+def position_spans(loss_per_position: list, T: int) -> dict:
+    """The mean loss over the trained positions 0..T-1 ("in"), the first
+    unseen ones T..2T-1 ("mid") and the rest ("far")."""
+    xs = loss_per_position
+    if len(xs) <= 2 * T:
+        raise ValueError(f"loss_per_position: expected more than 2T = "
+                         f"{2 * T} positions, got {len(xs)}")
+    return {"in": sum(xs[:T]) / T, "mid": sum(xs[T:2 * T]) / T,
+            "far": sum(xs[2 * T:]) / (len(xs) - 2 * T)}

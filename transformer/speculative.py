@@ -9,6 +9,11 @@ __all__ = [
     "verify_round",
     "speculative_generate",
     "bigram_draft",
+    "trained_draft",
+    "expected_tokens",
+    "speculative_benchmark",
+    "validation_prompts",
+    "speculative_study",
 ]
 
 
@@ -205,3 +210,202 @@ def bigram_draft(train_ids: torch.Tensor, vocab_size: int,
         model.logits.weight.copy_((counts / counts.sum(-1, keepdim=True))
                                   .log())
     return model.eval()
+
+
+import os
+import statistics
+import time
+
+from transformer.kv_cache import generate
+from transformer.stats import bootstrap_ci
+from transformer.training import configs_from, init_model, train
+
+SPEC_TARGET = "results/sampling/tiny_gpt.pt"  # from the root: tiny, trained
+SPEC_DRAFT = {"n_layer": 1, "n_head": 2, "n_embd": 64}  # overrides of tiny
+SPEC_GAMMAS = (1, 2, 4, 8)
+# E33's sizes: validation prompts, their length and the tokens each gets;
+# interleaved timing rounds; the calls behind each median time
+SPEC_SIZES = {"prompts": 8, "prompt_len": 16, "new": 48, "rounds": 15,
+              "reps": 60, "rule_reps": 100}
+
+
+def trained_draft(train_ids: torch.Tensor, val_ids: torch.Tensor,
+                  seed: int = 0, overrides: dict = SPEC_DRAFT
+                  ) -> tuple[GPT, dict]:
+    """The small GPT draft: the tiny preset with `overrides`, initialised
+    from `seed` and trained by the book's one loop; returned in eval mode
+    with {steps, cpu_s, val_loss}. Chapter "Speculative decoding", section
+    "Measured"."""
+    model_cfg, train_cfg = configs_from("tiny", overrides)
+    model = init_model(model_cfg, seed)
+    start = time.process_time()
+    hist = train(model, train_ids, val_ids, train_cfg)
+    return model.eval(), {"steps": train_cfg.steps,
+                          "cpu_s": round(time.process_time() - start, 1),
+                          "val_loss": round(hist["val_loss"][-1], 4)}
+
+
+def expected_tokens(alpha: float, gamma: int) -> float:
+    """Tokens per target call, sum of alpha^k for k = 0..gamma, eq.
+    (eq-spec-tokens) (move 5)."""
+    return sum(alpha ** k for k in range(gamma + 1))
+
+
+def _median_seconds(fn, n: int) -> float:
+    times = []
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+@torch.no_grad()
+def _step_costs(model: GPT, prompt: torch.Tensor, gamma: int,
+                reps: int) -> tuple[float, float]:
+    """(seconds of one cached decode step, of one (gamma+1)-position
+    call), each the median of `reps` calls after the prompt (1, T0)."""
+    T0 = prompt.shape[1]
+
+    def call(width):
+        caches = make_caches(model, 1, T0 + width)
+        model(prompt, caches=caches)
+        extra = prompt[:, :width]  # (1, width)
+        return lambda: ([setattr(c, "length", T0) for c in caches],
+                        model(extra, start_pos=T0, caches=caches))
+    return (_median_seconds(call(1), reps),
+            _median_seconds(call(gamma + 1), reps))
+
+
+def _rule_cost(V: int, gamma: int, temperature: float, reps: int) -> float:
+    """Seconds of one round's bookkeeping without any model call: the
+    gamma + 1 processed distributions, gamma draws, the rule, the cat."""
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(gamma + 1, V, generator=g)  # (G+1, V)
+    seq = torch.zeros(1, 64, dtype=torch.int64)  # (1, 64)
+
+    def once():
+        q = [decoding_probs(z[i], temperature) for i in range(gamma)]
+        d = [torch.multinomial(x, 1, generator=g) for x in q]
+        p = decoding_probs(z, temperature)  # (G+1, V)
+        verify_round(p, torch.stack(q), torch.cat(d), g)
+        torch.cat([seq, *[x[None] for x in d]], 1)
+    return _median_seconds(once, reps)
+
+
+def speculative_benchmark(target: GPT, drafts: dict, prompts: torch.Tensor,
+                          temperature: float, gammas: tuple = SPEC_GAMMAS,
+                          new: int = 48, rounds: int = 15, reps: int = 60,
+                          rule_reps: int = 100, seed: int = 0) -> dict:
+    """For each draft of `drafts` ({name: model}) and each gamma: decode
+    `new` tokens after every prompt (B, T0) at `temperature`, recording
+    each round's acceptance (observed, and alpha from the logits); the cost
+    ratios c (draft step / target step) and v_gamma ((gamma+1)-position
+    call / step) and the rule's own cost, from median times of one thread;
+    tokens per target call against eq. (eq-spec-tokens); and the speed-up
+    over plain cached decoding in `rounds` interleaved rounds of one
+    prompt (order alternating), its median with a bootstrap 95% interval,
+    beside the predictions of move 6 with and without the rule's cost.
+    Returns {name: {str(gamma): measures}}. Chapter "Speculative
+    decoding", section "Measured"."""
+    n_prompts, V = prompts.shape[0], target.config.vocab_size
+    t_target = {gm: _step_costs(target, prompts[:1], gm, reps)
+                for gm in gammas}
+    arms = {}
+    for name, draft in drafts.items():
+        arms[name] = {}
+        for gamma in gammas:
+            log = []  # (proposed, accepted, beta) per round
+            speculative_generate(
+                target, draft, prompts, new, gamma=gamma,
+                temperature=temperature, rounds=log,
+                generator=torch.Generator().manual_seed(1000 * seed + 1))
+            proposed = sum(r[0] for r in log)
+            accepted = sum(r[1] for r in log)
+            # positions tried: every accepted one, plus the rejected one
+            tried = accepted + sum(r[1] < r[0] for r in log)
+            a = sum(r[2] * r[0] for r in log) / proposed
+            step, wide = t_target[gamma]
+            if isinstance(draft, GPT):
+                d_step = _step_costs(draft, prompts[:1], gamma, reps)[0]
+            else:
+                d_step = _median_seconds(lambda: draft(prompts[:1]), reps)
+            c, v = d_step / step, wide / step
+            o = _rule_cost(V, gamma, temperature, rule_reps) / step
+            tokens = expected_tokens(a, gamma)
+            ratios = []
+            for r in range(rounds):  # interleaved, order alternating
+                took = {}
+                for which in (("plain", "spec") if r % 2 == 0
+                              else ("spec", "plain")):
+                    gen = torch.Generator().manual_seed(1000 * seed + 100
+                                                        + r)
+                    one = prompts[r % n_prompts][None]  # (1, T0): B = 1
+                    t = time.perf_counter()
+                    if which == "plain":
+                        generate(target, one, new, temperature=temperature,
+                                 generator=gen)
+                    else:
+                        speculative_generate(
+                            target, draft, one, new, gamma=gamma,
+                            temperature=temperature, generator=gen)
+                    took[which] = time.perf_counter() - t
+                ratios.append(took["plain"] / took["spec"])
+            lo, hi = bootstrap_ci(ratios, statistic="median")
+            arms[name][str(gamma)] = {
+                "alpha_observed": accepted / tried,
+                "proposed": proposed, "accepted": accepted,
+                "alpha_logits": a,
+                "tokens_per_call": n_prompts * new / len(log),
+                "tokens_per_call_predicted": tokens,
+                "c": c, "v_gamma": v, "rule_over_step": o,
+                "speedup_predicted_with_rule": tokens / (gamma * c + v + o),
+                "speedup": [statistics.median(ratios), lo, hi],
+                "speedup_predicted": tokens / (gamma * c + v),
+                "speedup_predicted_leviathan": tokens / (gamma * c + 1),
+                "rounds": len(log), "load_avg": os.getloadavg()}
+    return arms
+
+
+def validation_prompts(val_ids: torch.Tensor, n: int, length: int,
+                       seed: int = 0) -> torch.Tensor:
+    """n prompts of `length` tokens from val_ids, their starts drawn with
+    `seed`: (n, length) int64."""
+    g = torch.Generator().manual_seed(seed)
+    starts = torch.randint(0, len(val_ids) - length, (n,), generator=g)
+    return torch.stack([val_ids[s:s + length] for s in starts])
+
+
+def speculative_study(target: GPT, data, temperatures: tuple = (1.0, 0.0),
+                      sizes: dict = SPEC_SIZES,
+                      gammas: tuple = SPEC_GAMMAS,
+                      draft: dict = SPEC_DRAFT, seed: int = 0) -> dict:
+    """E33's measurement: the bigram draft (bigram_draft) and a trained
+    GPT draft (trained_draft with `draft`) of `target`, on data =
+    (tokenizer, train_ids, val_ids) of its vocabulary, each through
+    speculative_benchmark at every temperature, one thread. Returns
+    {"drafts": what each draft is, "runs": {f"{t:g}": {temperature,
+    tokens, arms, load_avg}}}. Chapter "Speculative decoding", section
+    "Measured"."""
+    _, train_ids, val_ids = data
+    V = target.config.vocab_size
+    models = {"bigram": bigram_draft(train_ids, V)}
+    models["gpt"], info = trained_draft(train_ids, val_ids, seed, draft)
+    prompts = validation_prompts(val_ids, sizes["prompts"],
+                                 sizes["prompt_len"], seed)  # (B, T0)
+    n_params = {k: sum(p.numel() for p in m.parameters())
+                for k, m in {"target": target, **models}.items()}
+    runs = {}
+    for t in temperatures:
+        arms = speculative_benchmark(
+            target, models, prompts, t, gammas, sizes["new"],
+            sizes["rounds"], sizes["reps"], sizes["rule_reps"], seed)
+        runs[f"{t:g}"] = {"temperature": t,
+                          "tokens": prompts.shape[0] * sizes["new"],
+                          "arms": arms, "load_avg": os.getloadavg()}
+    return {"target": {"params": n_params["target"]},
+            "drafts": {"bigram": {"params": n_params["bigram"],
+                                  "alpha_smoothing": 0.1},
+                       "gpt": {"params": n_params["gpt"], **info,
+                               "overrides_of_tiny": dict(draft)}},
+            "sizes": dict(sizes), "runs": runs}
