@@ -14,7 +14,8 @@ from transformer.baseline import token_stream
 from transformer.ablations import EXPERIMENTS
 from transformer.bridges import losses_digest
 from transformer.experiments import (RECIPE, Experiment, Probe, config_hash,
-                                     run_experiment, summary_rows,
+                                     run_experiment, run_probe,
+                                     summary_rows,
                                      summary_table)
 from transformer.cli import main as cli
 from transformer.model import GPT, GPTConfig, gpt_param_count
@@ -871,3 +872,32 @@ def test_target_met_is_the_one_target_vocabulary():
     assert target_met([(1.2, 1.3)], 1.25, at_most=True) == at
     with pytest.raises(ValueError, match="intervals: expected at least"):
         target_met([], 1.0)
+
+
+def test_a_probe_record_is_stale_once_its_measurement_changes():
+    """A probe's record carries its measurement by name and source hash
+    (probe_config): the same probe matches it, a probe whose measure
+    function differs does not, nor does a record made before probes
+    carried a configuration (issue: --plan could not see a stale probe)."""
+    from dataclasses import replace as _replace
+    from transformer.experiments import probe_config, record_matches
+
+    def measure(seed, smoke):
+        return {"x": float(seed)}
+    first = measure
+
+    def measure(seed, smoke):  # noqa: F811  the same name, edited
+        return {"x": float(seed) + 1}
+    measure_edited = measure
+    probe = Probe("E99", "t", first, "p", "f", seeds=(0,), metrics=("x",))
+    rec = run_probe(probe, 0)
+    assert rec["probe_config"] == probe_config(probe)
+    assert rec["probe_config"]["measure"].endswith("measure")
+    assert len(rec["config_hash"]) == 16
+    assert record_matches(rec, probe, None, "-", 0)
+    assert not record_matches(rec, _replace(probe, measure=measure_edited),
+                              None, "-", 0)
+    assert not record_matches(rec, _replace(probe, metrics=("x", "y")),
+                              None, "-", 0)
+    legacy = {k: v for k, v in rec.items() if k != "probe_config"}
+    assert not record_matches(legacy, probe, None, "-", 0)

@@ -25,10 +25,12 @@ __all__ = [
     "describe_points",
     "Probe",
     "run_probe",
+    "probe_config",
 ]
 
 
 import hashlib
+import inspect
 import json
 import math
 import re
@@ -431,8 +433,8 @@ def record_matches(rec: dict, exp, stratum, value, seed: int = 0) -> bool:
     """
     if bool(rec.get("smoke", False)) != exp.is_smoke:
         return False
-    if isinstance(exp, Probe):
-        return True
+    if isinstance(exp, Probe):  # its measurement, by name and source
+        return rec.get("probe_config") == probe_config(exp)
     if rec.get("eval_text", "batches") != exp.eval_text:
         return False
     for key, config in zip(("model_config", "run_config"),
@@ -674,8 +676,28 @@ def run_probe(probe, seed: int) -> dict:
     final = dict(probe.measure(seed, probe.is_smoke))
     raw = final.pop("raw", {})
     final.setdefault("diverged", False)
+    config = probe_config(probe)
     return {"experiment": probe.id, "variable": "probe", "value": "-",
             "stratum": None, "seed": seed,
             "git_commit": CODE_COMMIT or "unknown", "smoke": probe.is_smoke,
+            "probe_config": config, "config_hash": hashlib.sha256(
+                json.dumps(config).encode()).hexdigest()[:16],
             "machine": environment(), "final": final,
             **raw, "wall_s_total": time.perf_counter() - t0}
+
+
+def probe_config(probe) -> dict:
+    """What a probe's record is made with: its measurement's name, the
+    sha256 of that function's own source (None where Python keeps none)
+    and the metrics. A record whose probe_config differs is stale; what
+    the measurement calls is covered by the record's commit. Section
+    "Probes"."""
+    m = probe.measure
+    try:
+        source = inspect.getsource(m)
+    except (OSError, TypeError):
+        source = None
+    return {"measure": f"{m.__module__}.{m.__qualname__}",
+            "source_sha256": source and hashlib.sha256(
+                source.encode()).hexdigest(),
+            "metrics": list(probe.metrics)}
