@@ -228,6 +228,7 @@ _WHERE = {  # public name -> module defining it
     "describe_points": "experiments",
     "Probe": "experiments",
     "run_probe": "experiments",
+    "probe_config": "experiments",
     "losses_digest": "bridges",
     "bridges_dir": "bridges",
     "bridge_record": "bridges",
