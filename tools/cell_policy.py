@@ -680,6 +680,7 @@ TABLE.update({
         ('§The decided reruns: E22 to E27', HI),
         ("§Grouped-query attention's loss: E31", HI),
         ('§The budget study: E30', HI),
+        ("§Speculative decoding and RoPE's base: E33 and E34", HI),
         ('§The table', HI),
     ],
     '94_tokenizer_files': [
@@ -739,6 +740,12 @@ TABLE.update({
     ],
     '20_speculative': [
         ('for arm in ("gpt", "bigram"):', RC),
+        # E33's measurement, exported: plumbing next to the derivation
+        ('import os\nimport statistics\nimport time', HI),
+    ],
+    '21_rope_base': [
+        # E34's measurement, exported
+        ('import time\n\nfrom transformer.model import GPTConfig', HI),
     ],
 })
 # END TABLE
