@@ -260,7 +260,7 @@ RETIRED_RUN_FIELDS = {"compile": False}
 IN_PROGRESS = {"E25"}
 # Declared and not started: no record may exist yet (the first one moves
 # the id to IN_PROGRESS); chapter 15 shows their tables as "not run".
-NOT_STARTED = {"E22", "E24", "E26", "E27", "E30", "E31"}
+NOT_STARTED = {"E22", "E24", "E26", "E27", "E30", "E31", "E35"}
 
 
 def _hashable(stratum):
@@ -901,3 +901,28 @@ def test_a_probe_record_is_stale_once_its_measurement_changes():
                               None, "-", 0)
     legacy = {k: v for k, v in rec.items() if k != "probe_config"}
     assert not record_matches(legacy, probe, None, "-", 0)
+
+
+def test_e35_extends_e23_by_its_widest_claim_spread():
+    """E35 (declared before its runs): E23's grid for the arms its claims
+    name, at the seeds E23 lacks up to the power rule's n for the largest
+    standard deviation of E23's own per-seed claim differences."""
+    from transformer.ablations import DELTA, E35_SD, seeds_needed
+    from transformer.experiments import load_runs
+    e23, e35 = EXPERIMENTS["E23"], EXPERIMENTS["E35"]
+    by = {(r["value"], r["seed"]): r["final"]["val_loss"]
+          for r in load_runs("E23", ROOT)}
+    sds = []
+    for a, b in ((4, 1), (8, 4), (16, 4)):  # the claims' pairs
+        d = [by[a, k] - by[b, k] for k in e23.seeds]
+        m = sum(d) / len(d)
+        sds.append(math.sqrt(sum((x - m) ** 2 for x in d) / (len(d) - 1)))
+    assert E35_SD == pytest.approx(max(sds), abs=5e-5)
+    n = seeds_needed(E35_SD, DELTA["E23"])
+    assert e35.seeds == tuple(range(len(e23.seeds), n)) and n > 5
+    assert e35.values == (1, 4, 8, 16)
+    assert e35.falsifier == e23.falsifier
+    assert e35.prediction.startswith(e23.prediction)
+    for f in ("variable", "model", "run", "stratum", "strata", "eval_text",
+              "metrics", "overrides", "extras"):
+        assert getattr(e35, f) == getattr(e23, f), f

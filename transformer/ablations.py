@@ -699,6 +699,17 @@ _E30 = replace(
     metrics=("val_loss", "below_ngram", *_REFS))
 
 
+E35_SD = 0.0308  # 4 - 1 heads over E23's seeds 0-4, the widest claim pair
+_E35 = replace(
+    _E23, id="E35", title="E23's head counts at the seeds its spread needs",
+    values=(1, 4, 8, 16),
+    seeds=tuple(range(len(_E23.seeds), seeds_needed(E35_SD,
+                                                    DELTA["E23"]))),
+    prediction=_E23.prediction + (
+        " Judged on E23's and E35's seeds together."),
+    falsifier=_E23.falsifier)
+
+
 def measure_speculative(seed: int, smoke: bool = False) -> dict:
     """E33: speculative_study (chapter "Speculative decoding") of the
     trained tiny model (SPEC_TARGET) at temperatures 1 and 0, the drafts
@@ -836,4 +847,4 @@ _E34 = Probe(
 EXPERIMENTS = {e.id: e for e in (
     _E1, _E2, _E3, _E4, _E5, _E6, _E7, _E8, _E9, _E10, _E11, _E12, _E13,
     _E14, _E15, _E16, _E17, _E18, _E19, _E20, _E21, _E22, _E23, _E24, _E25,
-    _E26, _E27, _E28, _E30, _E31, _E32, _E33, _E34)}
+    _E26, _E27, _E28, _E30, _E31, _E32, _E33, _E34, _E35)}
