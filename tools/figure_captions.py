@@ -222,6 +222,13 @@ CAPTIONS: dict[str, list[tuple[str, str, str]]] = {
          "E4, positional encodings: held-out loss at T = 64 per arm (left) "
          "and the rise in loss from the first to the second half of a "
          "2T window (right)."),
+        ("if e30_complete:\n    fig, axes = plt.subplots(1, 2", "fig-e30",
+         "E30, E4's arms at three budgets: held-out loss against training "
+         "tokens, mean of three seeds, at 400 (dotted), 800 (dashed) and "
+         "1,600 steps (solid) (left), and the final loss per budget with "
+         "its 95% interval (right). Grey: the bigram (dash-dot) and the "
+         "byte n-gram (solid); the unscaled sinusoid starts above the "
+         "frame."),
         ("fig, grid = plt.subplots(2, 2, figsize=(9.5, 6.2))", "fig-e6",
          "E6, pre-norm against post-norm across depth: gradient norm per "
          "block at initialisation, training loss, and gradient norm before "
