@@ -587,6 +587,7 @@ TABLE.update({
         ('fig, axes = plt.subplots(1, 2, figsize=(9, 4), sharey=True)', HI),
     ],
     '17_grouped_query': [
+        ('from IPython.display import Markdown, display\n\nfrom transformer.ablations import DELTA, E31_MATCHED_FFN', HI),
         ('def mean_pool_kv(model, n_kv_head: int):', HI),
         ('import json\nfrom pathlib import Path\n\nfrom IPython', RI),
         ('def fmt_ci(x, scale=1.0, digits=2):', RI),
