@@ -441,7 +441,10 @@ def test_experiment_ids_and_roots(tmp_path, capsys):
     assert cli.main(["experiment", "--list", "--root", str(tmp_path)]) == 0
     listed = capsys.readouterr().out.splitlines()
     ids = [line.split()[0] for line in listed]
-    assert ids == sorted(ids, key=lambda i: int(i[1:]))  # E1, E2, ..., E14
+    from transformer.reproduce import REPRODUCE
+    n = len(ids) - len(REPRODUCE)  # the experiments, then the items
+    assert ids[n:] == list(REPRODUCE)
+    assert ids[:n] == sorted(ids[:n], key=lambda i: int(i[1:]))  # E1, E2
     assert "(0/3 runs)" in next(ln for ln in listed if ln.startswith("E12"))
     assert cli.main(["experiment", "--list", "--smoke", "--root",
                      str(tmp_path)]) == 0

@@ -493,13 +493,15 @@ def run_cost(args) -> int:
     return 0
 
 
-def _print_plan(exps, root: Path) -> int:
-    """`experiment ID --plan`: one line per experiment, then the total;
-    the compute left is the mean recorded wall time of its done runs times
-    the runs left (unknown before its first run)."""
+def _print_plan(exps, root: Path, items=()) -> int:
+    """`experiment ID --plan`: one line per experiment, then per item of
+    REPRODUCE, then the total; the compute left is the mean recorded wall
+    time of an experiment's done runs times the runs left (unknown before
+    its first run), plus the declared minutes of every missing item."""
     from transformer.bridges import joined_revisions, read_bridges
     from transformer.experiments import plan_points
-    left_s, unknown = 0.0, []
+    from transformer.reproduce import item_state
+    left_s, unknown, stale_items = 0.0, [], 0
     for exp in exps:
         p = plan_points(exp, root)
         done, todo = p["done"], p["stale"] + p["missing"]
@@ -517,55 +519,131 @@ def _print_plan(exps, root: Path) -> int:
             unknown.append(exp.id)
         print(f"{exp.id:<4} {len(done)}/{len(exp.points())} done, "
               f"{p['stale']} stale, {p['missing']} missing; {rev}")
+    for item in items:
+        state, detail = item_state(item, root.parent)
+        left_s += 60 * item.minutes if state == "missing" else 0.0
+        stale_items += state == "stale"
+        print(f"{item.name:<20} {state} ({detail}); about "
+              f"{item.minutes:g} min")
     print(f"left: about {left_s / 3600:.1f} core-hours"
           + (f", plus {', '.join(unknown)} (not started: no estimate)"
-             if unknown else ""))
+             if unknown else "")
+          + (f"; {stale_items} stale items not counted (`all` reruns an "
+             f"item only when a file is missing)" if stale_items else ""))
     return 0
+
+
+def _waits_for(item, root: Path) -> str:
+    """What a REPRODUCE item waits for: its `needs` whose files are
+    missing, and for the last item every other item and every grid point
+    not yet done; "" when it can run."""
+    from transformer.ablations import EXPERIMENTS
+    from transformer.experiments import plan_points
+    from transformer.reproduce import REPRODUCE, missing_output
+    names = [n for n in item.needs
+             if missing_output(REPRODUCE[n], root.parent)]
+    if item.last:
+        names += [o.name for o in REPRODUCE.values() if o is not item
+                  and missing_output(o, root.parent)]
+        for i in sorted(EXPERIMENTS, key=lambda i: int(i[1:])):
+            p = plan_points(EXPERIMENTS[i], root)
+            names += [i] if p["stale"] + p["missing"] else []
+    return ", ".join(names)
+
+
+def _run_items(items, root: Path, one: bool,
+               shard: tuple[int, int]) -> None:
+    """Run the REPRODUCE items whose files are missing (`one`: the item
+    named on the command line; else the shard's share of them): an item
+    that waits, or that writes only under the checkout's results/ while
+    --root points elsewhere, is skipped with a line (an error for `one`).
+    Section "Everything else the book reads"."""
+    from transformer.reproduce import (checkout_dir, missing_output,
+                                       relocatable, run_item)
+    results = root.parent  # the items' files: results/, beside the grids
+    here = results.resolve() == (checkout_dir() / "results").resolve()
+    k, n = shard
+    for item in items if one else items[k - 1::n]:
+        why = ("" if missing_output(item, results) else
+               "its files exist, skipped (delete them to rerun it)")
+        if not why and _waits_for(item, root):
+            why = f"waits for {_waits_for(item, root)}"
+        if not why and not (here or relocatable(item)):
+            why = (f"writes under the checkout's results/, not under "
+                   f"{str(results)!r}: run it without --root")
+        if why and one and not why.startswith("its files"):
+            raise ValueError(f"experiment {item.name}: {why}")
+        if why:
+            print(f"{item.name}: {why}", flush=True)
+            continue
+        run_item(item, results, log=lambda s: print(s, flush=True))
+        print(f"{item.name}: wrote {', '.join(item.outputs)}", flush=True)
 
 
 def run_experiments(args) -> int:
     """`python -m transformer experiment`. The runner is derived in
-    chapter "Ablations"."""
+    chapter "Ablations"; the items after the grids in section
+    "Everything else the book reads"."""
     from transformer.ablations import EXPERIMENTS
     from transformer.experiments import (count_records, default_results_dir,
                                          describe_points, run_experiment,
                                          summary_table)
+    from transformer.reproduce import REPRODUCE
     root = Path(args.root or default_results_dir())
     if root.exists() and not root.is_dir():
         raise ValueError(f"--root: {str(root)!r} is a file; expected a "
                          f"folder")
     ordered = sorted(EXPERIMENTS, key=lambda i: int(i[1:]))  # E1, E2, ...
+    items = [] if args.smoke else list(REPRODUCE.values())  # no smoke
     if args.list or (args.id is None and not args.plan):
         for i in ordered:
             exp = EXPERIMENTS[i].smoke() if args.smoke else EXPERIMENTS[i]
             have, n = count_records(exp, root)
             print(f"{exp.id:<4} {exp.title} ({have}/{n} runs)")
+        for item in items:
+            have = sum(not (root.parent / o).is_file()
+                       for o in item.outputs)
+            print(f"{item.name:<20} about {item.minutes:g} min: python "
+                  + " && python ".join(item.commands)
+                  + f" ({len(item.outputs) - have}/{len(item.outputs)} "
+                    f"files)")
         return 0
-    wanted = (args.id or "all").upper()  # --plan alone: every experiment
-    if wanted != "ALL" and wanted not in EXPERIMENTS:
+    wanted = args.id or "all"  # --plan alone: everything
+    if wanted.lower() in REPRODUCE and not args.smoke:
+        ids, items, one = [], [REPRODUCE[wanted.lower()]], True
+    elif wanted.upper() == "ALL":
+        ids, one = ordered, False
+    elif wanted.upper() in EXPERIMENTS:
+        ids, items, one = [wanted.upper()], [], False
+    else:
         raise ValueError(f"experiment: unknown id {args.id!r}; expected "
-                         f"one of {', '.join(ordered)} or 'all' (see "
-                         f"--list)")
+                         f"an experiment ({ordered[0]} to {ordered[-1]}), "
+                         f"an item without --smoke, or 'all' (see --list)")
+    exps = [EXPERIMENTS[i].smoke() if args.smoke else EXPERIMENTS[i]
+            for i in ids]
     if args.plan:
-        return _print_plan([EXPERIMENTS[i].smoke() if args.smoke
-                            else EXPERIMENTS[i] for i in (
-                                ordered if wanted == "ALL" else [wanted])],
-                           root)
+        return _print_plan(exps, root, items)
     if args.show:
-        for i in ordered if wanted == "ALL" else [wanted]:
-            exp = EXPERIMENTS[i].smoke() if args.smoke else EXPERIMENTS[i]
+        for exp in exps:
             print(describe_points(exp))
+        for item in items:
+            print(f"{item.name}: about {item.minutes:g} min "
+                  f"({item.source})\n"
+                  + "".join(f"  python {c}\n" for c in item.commands)
+                  + "  writes: " + ", ".join(item.outputs)
+                  + (f"\n  needs: {', '.join(item.needs)}"
+                     if item.needs else ""))
         return 0
     check_output_path(root / ".probe", "--root")
     import torch
     torch.set_num_threads(1)  # one core each: the machine is shared
-    for i in ordered if wanted == "ALL" else [wanted]:
-        exp = EXPERIMENTS[i].smoke() if args.smoke else EXPERIMENTS[i]
+    for exp in exps:
         print(f"{exp.id}: {exp.title}\n  prediction: {exp.prediction}\n"
               f"  falsifier: {exp.falsifier}", flush=True)
         recs = run_experiment(exp, root, shard=args.shard,
                               log=lambda s: print(s, flush=True))
         print(summary_table(exp, recs, exp.metrics), flush=True)
+    _run_items(items, root, one, args.shard)
     return 0
 
 

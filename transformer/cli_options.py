@@ -354,16 +354,20 @@ def experiment_parser() -> _Parser:
                 "experiments (chapter 'Ablations'): each run is a JSON "
                 "record; a run whose record exists is skipped.")
     p.add_argument("id", nargs="?", default=None,
-                   help="an experiment id such as E4 (see --list), or "
-                        "'all'")
+                   help="an experiment id such as E4, an item of the "
+                        "other records such as training-e10 (see --list), "
+                        "or 'all': every experiment, then every item")
     p.add_argument("--list", action="store_true",
-                   help="list the experiments and how many runs exist")
+                   help="list the experiments and how many runs exist, "
+                        "then the items of the other records with their "
+                        "expected compute")
     p.add_argument("--plan", action="store_true",
                    help="print, per experiment, the points done, stale "
                         "(a record that differs from the declaration) "
                         "and missing, whether its records span commits "
-                        "that no bridge joins, and the compute left; "
-                        "run nothing")
+                        "that no bridge joins, then each item done, "
+                        "stale (made with other code) or missing, and "
+                        "the compute left; run nothing")
     p.add_argument("--show", action="store_true",
                    help="print each grid point's resolved model and "
                         "training configuration, and run nothing")
@@ -374,9 +378,9 @@ def experiment_parser() -> _Parser:
                    help="results folder (default: results/experiments "
                         "of the checkout)")
     p.add_argument("--shard", type=_shard, default=(1, 1), metavar="K/N",
-                   help="run only the K-th of every N grid points, so "
-                        "that N processes can share a grid (default: "
-                        "1/1, every point)")
+                   help="run only the K-th of every N grid points and "
+                        "items, so that N processes can share the work "
+                        "(default: 1/1, all of it)")
     return p
 
 

@@ -1,0 +1,210 @@
+"""Appendix "The command line", section "Everything else the book reads":
+the records outside the grids, declared in `transformer.reproduce.REPRODUCE`
+and run by `python -m transformer experiment all` after the grids.
+
+No real item runs here: the tests plant tiny items (a script that writes a
+file) in place of the table, and an empty set of experiments where `all`
+would otherwise run the grids."""
+import json
+import re
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+from transformer import cli, reproduce
+from transformer.reproduce import Item
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def planted(tmp_path, name, code=0, needs=(), outputs=None, last=False):
+    """An item whose command is a script that counts its runs in
+    tmp_path/NAME.count, writes its outputs under {results} and exits
+    with `code`."""
+    outputs = outputs or (f"planted/{name}.json",)
+    script = tmp_path / f"{name}.py"
+    script.write_text(
+        "import json, pathlib, sys\n"
+        f"count = pathlib.Path({str(tmp_path / (name + '.count'))!r})\n"
+        "count.write_text(str(int(count.read_text() or 0) + 1)"
+        " if count.exists() else '1')\n"
+        f"if {code}:\n    sys.exit({code})\n"
+        "for out in sys.argv[2:]:\n"
+        "    p = pathlib.Path(sys.argv[1]) / out\n"
+        "    p.parent.mkdir(parents=True, exist_ok=True)\n"
+        "    p.write_text(json.dumps({'environment': {}}))\n")
+    line = " ".join([shlex.quote(str(script)), "{results}",
+                     *map(shlex.quote, outputs)])
+    return Item(name, (line,), tuple(outputs), 0.5, "a test", needs, last)
+
+
+def runs(tmp_path, name) -> int:
+    count = tmp_path / f"{name}.count"
+    return int(count.read_text()) if count.exists() else 0
+
+
+@pytest.fixture
+def plant(monkeypatch):
+    """Replace the table (and, for `all`, the experiments) by planted
+    ones."""
+    def set_items(*items, experiments=None):
+        monkeypatch.setattr(reproduce, "REPRODUCE",
+                            {i.name: i for i in items})
+        if experiments is not None:
+            import transformer.ablations
+            monkeypatch.setattr(transformer.ablations, "EXPERIMENTS",
+                                experiments)
+    return set_items
+
+
+def one_error(capsys, *words):
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert "Traceback" not in err[0]
+    for w in words:
+        assert w in err[0], (w, err[0])
+
+
+def test_plan_shows_missing_items_and_runs_nothing(tmp_path, capsys):
+    """--plan against an empty results folder: every real item missing,
+    nothing written, and the items' minutes in the compute left."""
+    root = tmp_path / "experiments"
+    assert cli.main(["experiment", "--plan", "--root", str(root)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())
+    for item in reproduce.REPRODUCE.values():
+        line = next(ln for ln in lines if ln.split()[0] == item.name)
+        assert line.split()[1] == "missing", line
+        assert f"({item.outputs[0]})" in line, line
+    assert lines[-1].startswith("left: about "), lines[-1]
+    assert cli.main(["experiment", "training-e10", "--plan", "--root",
+                     str(root)]) == 0  # one item: its line and the total
+    out = capsys.readouterr().out.splitlines()
+    assert [ln.split()[:2] for ln in out[:-1]] == [["training-e10",
+                                                    "missing"]]
+    hours = reproduce.REPRODUCE["training-e10"].minutes / 60
+    assert out[-1] == f"left: about {hours:.1f} core-hours"
+
+
+def test_an_item_runs_once_then_is_skipped(tmp_path, capsys, plant):
+    root = tmp_path / "experiments"
+    item = planted(tmp_path, "planted-a")
+    plant(item)
+    assert cli.main(["experiment", "planted-a", "--root", str(root)]) == 0
+    assert runs(tmp_path, "planted-a") == 1
+    assert (tmp_path / "planted/planted-a.json").is_file()
+    assert cli.main(["experiment", "planted-a", "--root", str(root)]) == 0
+    assert runs(tmp_path, "planted-a") == 1  # its file exists: skipped
+    assert "skipped" in capsys.readouterr().out
+    assert cli.main(["experiment", "planted-a", "--plan", "--root",
+                     str(root)]) == 0
+    line = capsys.readouterr().out.splitlines()[0]
+    assert line.split()[:2] == ["planted-a", "done"], line
+
+
+def test_all_runs_items_after_grids_in_order_and_waits(tmp_path, capsys,
+                                                        plant):
+    """`all`: every missing item in the table's order; an item whose
+    needs another shard writes waits, and the last item waits for all."""
+    root = tmp_path / "experiments"
+    a, b = planted(tmp_path, "planted-a"), planted(tmp_path, "planted-b")
+    merge = planted(tmp_path, "planted-merge", needs=("planted-a",
+                                                      "planted-b"))
+    last = planted(tmp_path, "planted-last", last=True)
+    plant(a, b, merge, last, experiments={})
+    # shard 2/2 runs b (the 2nd) and last (the 4th): last waits for a
+    assert cli.main(["experiment", "all", "--shard", "2/2", "--root",
+                     str(root)]) == 0
+    out = capsys.readouterr().out
+    assert [runs(tmp_path, i.name) for i in (a, b, merge, last)] == [
+        0, 1, 0, 0]
+    assert "planted-last: waits for planted-a, planted-merge" in out, out
+    assert cli.main(["experiment", "all", "--root", str(root)]) == 0
+    assert [runs(tmp_path, i.name) for i in (a, b, merge, last)] == [
+        1, 1, 1, 1]
+    # a single item that waits is an error, not a skip
+    (tmp_path / "planted/planted-a.json").unlink()
+    (tmp_path / "planted/planted-merge.json").unlink()
+    capsys.readouterr()
+    assert cli.main(["experiment", "planted-merge", "--root",
+                     str(root)]) == 2
+    one_error(capsys, "planted-merge", "waits for planted-a")
+
+
+def test_a_failing_command_is_one_line_and_exit_2(tmp_path, capsys,
+                                                  plant):
+    root = tmp_path / "experiments"
+    bad = planted(tmp_path, "planted-fail", code=3)
+    after = planted(tmp_path, "planted-after")
+    plant(bad, after, experiments={})
+    assert cli.main(["experiment", "all", "--root", str(root)]) == 2
+    one_error(capsys, "planted-fail", "exited with code 3")
+    assert runs(tmp_path, "planted-after") == 0  # the run stopped there
+    # exit 0 without writing its files is an error too
+    quiet = Item("planted-quiet", ("-c pass {results}",),
+                 ("planted/never.json",), 0.1, "a test")
+    plant(quiet)
+    assert cli.main(["experiment", "planted-quiet", "--root",
+                     str(root)]) == 2
+    one_error(capsys, "planted-quiet", "did not write")
+
+
+def test_bad_input_is_one_line(tmp_path, capsys):
+    root = tmp_path / "experiments"
+    for argv, words in ((["no-such-item"], ["unknown id 'no-such-item'"]),
+                        (["training-e10", "--smoke"], ["unknown id"])):
+        assert cli.main(["experiment", *argv, "--root", str(root)]) == 2
+        one_error(capsys, *words)
+    # a real item writes under the checkout's results/ only
+    assert cli.main(["experiment", "training-floor", "--root",
+                     str(root)]) == 2
+    one_error(capsys, "training-floor", "run it without --root")
+    assert not tmp_path.exists() or not any(tmp_path.rglob("*.json"))
+
+
+def test_stale_is_a_file_made_with_other_code(tmp_path):
+    item = Item("x", ("-c pass",), ("a.json",), 0.1, "a test")
+    assert reproduce.item_state(item, tmp_path) == ("missing", "a.json")
+    (tmp_path / "a.json").write_text(json.dumps({"wall_s": 1}))
+    assert reproduce.item_state(item, tmp_path) == ("done",
+                                                    "no commit recorded")
+    for commit in ("0000000", "abcdef0+dirty"):
+        (tmp_path / "a.json").write_text(json.dumps(
+            {"environment": {"git_commit": commit}}))
+        assert reproduce.item_state(item, tmp_path)[0] == "stale"
+    from transformer.bench import git_commit
+    now = git_commit()
+    if now and "+" not in now:  # a clean checkout: the code now is done
+        (tmp_path / "a.json").write_text(json.dumps(
+            {"environment": {"git_commit": now[:7]}}))
+        assert reproduce.item_state(item, tmp_path)[0] == "done"
+
+
+def test_the_table_covers_what_the_book_reads():
+    """Every results/ JSON that REPORT.md or a chapter names (outside the
+    experiment grids) is an item's output or a kept record; every kept
+    record and every item's output exists; every command's script
+    exists; names and needs are consistent; book-numbers is last."""
+    declared = {o for i in reproduce.REPRODUCE.values() for o in i.outputs}
+    assert not declared & set(reproduce.KEPT)
+    named = set()
+    for path in [ROOT / "REPORT.md", *sorted((ROOT / "chapters")
+                                             .glob("*.md"))]:
+        named |= set(re.findall(r"results/([\w./-]+\.json)",
+                                path.read_text()))
+    named = {n for n in named if not re.match(r"experiments/E", n)}
+    assert named, "the scan found nothing"
+    assert named <= declared | set(reproduce.KEPT), named - declared
+    for out in [*declared, *reproduce.KEPT]:
+        assert (ROOT / "results" / out).is_file(), out
+    items = list(reproduce.REPRODUCE.values())
+    for i, item in enumerate(items):
+        for line in item.commands:
+            first = shlex.split(line)[0]
+            assert first == "-c" or (ROOT / first).is_file(), line
+        before = {o.name for o in items[:i]}
+        assert set(item.needs) <= before, item.name  # in the table's order
+    assert items[-1].name == "book-numbers" and items[-1].last
+    assert sum(i.last for i in items) == 1
