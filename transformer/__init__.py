@@ -260,6 +260,7 @@ _WHERE = {  # public name -> module defining it
     "measure_recall": "recall",
     "token_json": "tokenizer_files",
     "save_bpe": "tokenizer_files",
+    "bpe_text": "tokenizer_files",
     "load_bpe": "tokenizer_files",
     "from_tiktoken": "tokenizer_files",
     "ranked_tokens": "tokenizer_files",

@@ -31,6 +31,7 @@ import torch
 
 from transformer.model import GPT, GPTConfig
 from transformer.tokenizer import BPETokenizer
+from transformer.tokenizer_files import bpe_text
 
 
 CHECKPOINT_FORMAT = "transformer-checkpoint"
@@ -68,10 +69,7 @@ def _tokenizer_text(tokenizer) -> str | None:
     if not isinstance(tokenizer, BPETokenizer):
         raise ValueError(f"tokenizer: expected a BPETokenizer or None, got "
                          f"{type(tokenizer).__name__}")
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "tokenizer.bpe"
-        tokenizer.save(path)
-        return path.read_text(encoding="utf-8")
+    return bpe_text(tokenizer)  # what tokenizer.save would write
 
 
 def tokenizer_from_text(text: str | None):

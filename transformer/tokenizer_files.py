@@ -12,6 +12,7 @@ from __future__ import annotations
 __all__ = [
     "token_json",
     "save_bpe",
+    "bpe_text",
     "load_bpe",
     "from_tiktoken",
     "ranked_tokens",
@@ -52,6 +53,11 @@ def save_bpe(tok, path) -> None:
                  checked by load().
 
     Section "Saving and loading" of appendix "Other libraries"."""
+    atomic_write(path, bpe_text(tok))  # whole or not at all
+
+
+def bpe_text(tok) -> str:
+    """The text save_bpe writes (a checkpoint stores it as it is)."""
     header = {"pattern": tok.pattern, "merges": len(tok.merges),
               "special_tokens": [[t, i] for t, i
                                  in tok.special_tokens.items()]}
@@ -61,7 +67,7 @@ def save_bpe(tok, path) -> None:
              json.dumps(header, ensure_ascii=False)]
     for k, (a, b) in enumerate(tok.merges):
         lines.append(f"{a} {b}\t{token_json(tok.vocab[256 + k])}")
-    atomic_write(path, "\n".join(lines) + "\n")  # whole or not at all
+    return "\n".join(lines) + "\n"
 
 
 MAX_TOKEN_BYTES = 1024  # longest token a file may define (load, tiktoken)
