@@ -108,7 +108,7 @@ REPRODUCE = {item.name: item for item in (
     Item("bench-sweep", ("tools/bench_sweep.py",), ("bench/sweep.json",),
          5.0, "estimate: its file records the compile's minute only"),
     Item("matmul-128", (_MATMUL,), ("bench/matmul_128.json",), 0.1,
-         "chapter 90's text"),
+         "appendix 'Measuring honestly', its text"),
     Item("norm-gradients", ("tools/norm_gradients.py",),
          ("norm_gradients/grad_norms.json",), 0.1, "seconds"),
     Item("tokenizer", ("tools/bench_tokenizer.py --sections "
