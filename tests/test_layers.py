@@ -25,7 +25,7 @@ LAYERS = [
                                "window"}),
     ("measurement", {"bench"}),
     ("experiments", {"experiments", "bridges", "ablations", "lookup"}),
-    ("command line", {"cli_options", "cli", "__main__"}),
+    ("command line", {"cli_options", "cli", "__main__", "reproduce"}),
 ]
 LEVEL = {m: i for i, (_, mods) in enumerate(LAYERS) for m in mods}
 

@@ -112,7 +112,9 @@ BOXES: dict[str, tuple[str, str]] = {
         "Which design choices matter, measured with paired intervals?",
         "E4: with RoPE the held-out loss is "
         f"{g('abl_e4_val_rope_m')} nats per token, against "
-        f"{g('abl_e4_val_none_m')} with no positional encoding at all."),
+        f"{g('abl_e4_val_none_m')} with no positional encoding at all. "
+        "E30: at four times the budget the arms finish in the same order "
+        f"(rank correlation {g('e30_rho')}), closer together."),
     "16_kernels": (
         "How much do hand-derived backward passes buy?",
         f"At the tiny shape the fused model trains {g('kn_speedup_tiny')} times "
