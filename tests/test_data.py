@@ -115,7 +115,7 @@ def test_token_stream_survives_a_second_writer(tmp_path, monkeypatch):
     one grid) must both succeed: here a second build runs to completion in
     the first one's window between writing its ids and saving the
     tokenizer. A shared temporary name made the first one fail with
-    FileNotFoundError (seen in the decided reruns, stop 41)."""
+    FileNotFoundError (seen when two shards of a grid started together)."""
     from transformer import baseline
     save, nested = baseline.BPETokenizer.save, []
 
