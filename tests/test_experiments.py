@@ -13,10 +13,11 @@ import torch
 from transformer.baseline import token_stream
 from transformer.ablations import EXPERIMENTS
 from transformer.bridges import losses_digest
-from transformer.experiments import (RECIPE, Experiment, Probe, config_hash,
+from transformer.experiments import (RECIPE, Experiment, Probe,
                                      run_experiment, run_probe,
                                      summary_rows,
                                      summary_table)
+from transformer.grid_point import config_hash
 from transformer.cli import main as cli
 from transformer.model import GPT, GPTConfig, gpt_param_count
 from transformer.training import TrainConfig, init_model, train
@@ -158,7 +159,7 @@ def test_runs_use_the_one_training_loop_and_evaluator(data):
     """A grid point is trained by training.train with the recipe, and is
     a function of its seed; E4's head and tail come from the same
     per-target losses as the mean."""
-    from transformer.experiments import run_point
+    from transformer.grid_point import run_point
     from transformer.training import evaluate, heldout_losses
     torch.set_num_threads(1)
     exp = EXPERIMENTS["E4"].smoke()
@@ -187,7 +188,7 @@ def test_runs_use_the_one_training_loop_and_evaluator(data):
 
 
 def test_a_non_finite_run_stops_and_is_marked_diverged(data):
-    from transformer.experiments import run_point
+    from transformer.grid_point import run_point
     torch.set_num_threads(1)
     exp = replace(EXPERIMENTS["E5"].smoke(), run={"lr": 1e30, "min_lr": 0,
                                                   "grad_clip": 0})
@@ -350,13 +351,14 @@ def test_a_bridge_reruns_a_record_and_says_whether_it_held(tmp_path,
     code must be clean and the name a record of the grid."""
     import transformer.bridges as br
     import transformer.experiments as ex
+    import transformer.grid_point as gp
     torch.set_num_threads(1)
     exp = EXPERIMENTS["E4"].smoke()
-    monkeypatch.setattr(ex, "CODE_COMMIT", "a" * 40)
+    monkeypatch.setattr(gp, "CODE_COMMIT", "a" * 40)
     recs = ex.run_experiment(exp, tmp_path, log=lambda *a: None,
                              data=token_stream(exp.vocab_size))
     name = ex._run_name(exp, *exp.points()[0])
-    monkeypatch.setattr(ex, "CODE_COMMIT", "b" * 40)
+    monkeypatch.setattr(gp, "CODE_COMMIT", "b" * 40)
     good = br.bridge_record(exp, name, tmp_path, log=lambda *a: None)
     assert good["identical"] and good["from"] == "a" * 40
     path = tmp_path / "smoke" / exp.id / name
@@ -371,7 +373,7 @@ def test_a_bridge_reruns_a_record_and_says_whether_it_held(tmp_path,
                                 log=lambda *a: None)["identical"]
     with pytest.raises(ValueError, match="name: expected a record file"):
         br.bridge_record(exp, "nothing.json", tmp_path)
-    monkeypatch.setattr(ex, "CODE_COMMIT", "a" * 7 + "+dirty")
+    monkeypatch.setattr(gp, "CODE_COMMIT", "a" * 7 + "+dirty")
     with pytest.raises(ValueError, match="clean committed code"):
         br.bridge_record(exp, name, tmp_path)
 
@@ -531,7 +533,7 @@ def test_e12_counts_what_decoding_holds_and_can_fail():
     position fed filled. A cache that allocates twice the positions the
     loop asks for is caught (relative error 1.0 > 5%)."""
     import transformer.kv_cache as kv
-    from transformer.ablations import measure_cache_memory
+    from transformer.probes import measure_cache_memory
     out = measure_cache_memory(0, smoke=True)
     assert out["max_relative_error"] == 0.0 and out["as_derived"] == 1.0
     real = kv.make_caches
@@ -550,7 +552,7 @@ def test_committed_e12_against_hugging_face():
     """tools/failure_tests.py e12-hf: Hugging Face GPT-2's cache, after
     greedy generation at E12's shapes, holds exactly kv_cache_bytes at
     the positions it filled (it grows by concatenation)."""
-    from transformer.ablations import E12_SHAPES
+    from transformer.probes import E12_SHAPES
     hf = json.loads((FAILURE_TESTS / "E12_hf.json").read_text())
     assert [(r["B"], r["prompt"]) for r in hf["shapes"]] == [
         (B, T0) for B, T0, _ in E12_SHAPES]
@@ -581,7 +583,7 @@ def test_show_prints_each_points_resolved_configuration(tmp_path, capsys):
     assert "norm_position='post'" in out and "warmup_steps=200" in out
     assert list(tmp_path.iterdir()) == []
     assert cli(["experiment", "E13", "--show"]) == 0
-    assert "transformer.ablations.measure_unpredictable_targets" in capsys.readouterr().out
+    assert "transformer.probes.measure_unpredictable_targets" in capsys.readouterr().out
 
 
 def test_a_crossed_stratum_sets_every_field_and_names_its_records():
@@ -632,7 +634,7 @@ def test_step10_gradients_are_recorded_without_changing_training(data):
     and the loss curve is bit-identical to the same run without it (the
     measurement clears the gradients it makes and draws no random
     numbers)."""
-    from transformer.experiments import run_point
+    from transformer.grid_point import run_point
     kw = dict(model={"n_embd": 16, "n_head": 2, "n_layer": 2,
                      "block_size": 8},
               run={"steps": 12, "batch_size": 2, "warmup_steps": 2,
@@ -684,7 +686,8 @@ def test_split_evaluation_scores_model_and_references_on_one_text(data):
     bigram and n-gram references are scored on exactly those targets
     (n_targets), each distance to them stored; an unknown eval_text is
     refused, and a record made under the other text is stale."""
-    from transformer.experiments import record_matches, run_point
+    from transformer.experiments import record_matches
+    from transformer.grid_point import run_point
     from transformer.ngram import ngram_references, reference_losses
     from transformer.training import heldout_losses, split_windows
     e = _decl(eval_text="split", seeds=(0, 1),
@@ -901,6 +904,39 @@ def test_a_probe_record_is_stale_once_its_measurement_changes():
                               None, "-", 0)
     legacy = {k: v for k, v in rec.items() if k != "probe_config"}
     assert not record_matches(legacy, probe, None, "-", 0)
+
+
+def test_a_moved_measurement_keeps_its_records():
+    """A measurement moved to another module with its source unchanged
+    (MOVED_MEASURES) is the same measurement: a record that names it under
+    its old module still matches, by the same source hash; a record that
+    names an old module not in the table, or has another hash, does not.
+    The committed records of the moved probes all still match."""
+    from transformer.experiments import (MOVED_MEASURES, plan_points,
+                                         probe_config, record_matches)
+    for old, new in MOVED_MEASURES.items():
+        assert old.rsplit(".", 1)[1] == new.rsplit(".", 1)[1]
+    moved = [e for e in EXPERIMENTS.values() if isinstance(e, Probe)
+             and probe_config(e)["measure"] in MOVED_MEASURES.values()]
+    assert len(moved) == len(MOVED_MEASURES)
+    for exp in moved:
+        now = probe_config(exp)
+        old = next(o for o, n in MOVED_MEASURES.items()
+                   if n == now["measure"])
+        rec = {"smoke": False, "probe_config": {**now, "measure": old}}
+        assert record_matches(rec, exp, None, "-")
+        other = old.replace("transformer.ablations.", "transformer.other.")
+        assert not record_matches(
+            {**rec, "probe_config": {**now, "measure": other}}, exp, None,
+            "-")
+        assert not record_matches(
+            {**rec, "probe_config": {**now, "measure": old,
+                                     "source_sha256": "0" * 64}},
+            exp, None, "-")
+        plan = plan_points(exp)  # the committed records, made before it
+        assert plan["stale"] == 0 and plan["done"], exp.id
+        assert {r["probe_config"]["measure"] for r in plan["done"]} <= {
+            old, now["measure"]}
 
 
 def test_e35_extends_e23_by_its_widest_claim_spread():

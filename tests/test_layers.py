@@ -24,7 +24,8 @@ LAYERS = [
                                "speculative", "rope_scaling", "sweep",
                                "window"}),
     ("measurement", {"bench"}),
-    ("experiments", {"experiments", "bridges", "ablations", "lookup"}),
+    ("experiments", {"experiments", "grid_point", "bridges", "ablations",
+                     "probes", "lookup"}),
     ("command line", {"cli_options", "cli", "__main__", "reproduce"}),
 ]
 LEVEL = {m: i for i, (_, mods) in enumerate(LAYERS) for m in mods}

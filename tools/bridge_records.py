@@ -21,8 +21,9 @@ sys.path[:0] = [str(ROOT)]
 
 from transformer.ablations import EXPERIMENTS  # noqa: E402
 from transformer.bridges import bridge_record  # noqa: E402
-from transformer.experiments import (CODE_COMMIT, Experiment,  # noqa: E402
-                                     _run_name, load_runs)
+from transformer.experiments import (Experiment, _run_name,  # noqa: E402
+                                     load_runs)
+from transformer.grid_point import CODE_COMMIT  # noqa: E402
 
 
 def default_record(exp) -> str | None:

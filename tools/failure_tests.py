@@ -5,7 +5,7 @@ applied, to show that each measurement catches what it claims to catch.
     python tools/failure_tests.py e12-hf   # ~1.5 min: E12 against HF GPT-2
     python tools/failure_tests.py all
 
-e13: E13 (`transformer.ablations.measure_unpredictable_targets`, uniformly random tokens,
+e13: E13 (`transformer.probes.measure_unpredictable_targets`, uniformly random tokens,
 V = 4) for every seed of its declaration, once with the mask applied after
 the softmax and once with a loader whose targets are not shifted (y = x).
 The bugs are the training chapter's teaching definitions, loaded from its
@@ -37,8 +37,9 @@ import torch  # noqa: E402
 
 import literate  # noqa: E402
 from transformer.bench import environment, write_json  # noqa: E402
-from transformer.ablations import (E12_SHAPES, EXPERIMENTS,  # noqa: E402
-                                   measure_unpredictable_targets)
+from transformer.ablations import EXPERIMENTS  # noqa: E402
+from transformer.probes import (E12_SHAPES,  # noqa: E402
+                                measure_unpredictable_targets)
 from transformer.training_checks import (E13_CAUGHT, LEAK_MODEL,  # noqa: E402
                                          e13_verdict, tiny_model_config)
 

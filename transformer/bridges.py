@@ -22,10 +22,11 @@ import re
 from pathlib import Path
 
 import transformer.experiments as runner
+import transformer.grid_point as grid_point
 from transformer.baseline import token_stream
 from transformer.bench import environment, write_json
-from transformer.experiments import (Experiment, read_record, records_dir,
-                                     references_for, run_point)
+from transformer.experiments import Experiment, read_record, records_dir
+from transformer.grid_point import references_for, run_point
 
 
 def losses_digest(rec: dict) -> str:
@@ -46,7 +47,7 @@ def bridges_dir(exp_id: str, root: Path | None = None,
 def bridge_record(exp: Experiment, name: str, root: Path | None = None,
                   log=print) -> dict:
     """Rerun the committed record `name` (a file under records_dir) of
-    `exp` with the code of this process (experiments.CODE_COMMIT, clean)
+    `exp` with the code of this process (grid_point.CODE_COMMIT, clean)
     and write a bridge from the record's commit to this one when the
     curves are bit-identical: {"from", "to", "record", "digest",
     "identical"}; the bridge is written either way, so a failed
@@ -56,7 +57,7 @@ def bridge_record(exp: Experiment, name: str, root: Path | None = None,
     if rec is None or rec.get("experiment") != exp.id:
         raise ValueError(f"name: expected a record file of {exp.id} under "
                          f"{path.parent}, got {name!r}")
-    code = runner.CODE_COMMIT  # read now: a test sets it
+    code = grid_point.CODE_COMMIT  # read now: a test sets it
     if not code or not re.fullmatch(r"[0-9a-f]{40}", code):
         raise ValueError(f"a bridge needs clean committed code, and "
                          f"transformer/ is at {code!r}")

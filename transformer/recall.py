@@ -2,7 +2,7 @@
 # Edit the chapter, then run `make export` (see README.md).
 """Associative recall (E15): the task, a fixed-window MLP to set against
 attention, their training through the book's one loop and their scoring.
-Declared as an experiment in transformer/ablations.py."""
+Declared as an experiment in transformer/probes.py."""
 from __future__ import annotations
 
 __all__ = [

@@ -2,7 +2,7 @@
 # Edit the chapter, then run `make export` (see README.md).
 """The training chapter's two checks as functions: a model overfits 200
 tokens (E10), and on uniformly random tokens its held-out loss must not go
-below ln V (E13), each with its recipe. transformer/ablations.py declares
+below ln V (E13), each with its recipe. transformer/probes.py declares
 them as experiments and calls these functions."""
 from __future__ import annotations
 
