@@ -26,7 +26,8 @@ LAYERS = [
     ("measurement", {"bench"}),
     ("experiments", {"experiments", "grid_point", "bridges", "ablations",
                      "probes", "lookup"}),
-    ("command line", {"cli_options", "cli", "__main__", "reproduce"}),
+    ("command line", {"cli_options", "cli", "cli_experiment", "__main__",
+                      "reproduce"}),
 ]
 LEVEL = {m: i for i, (_, mods) in enumerate(LAYERS) for m in mods}
 

@@ -2,7 +2,8 @@
 # Edit the chapter, then run `make export` (see README.md).
 """The command line's options, read without importing torch: each verb's
 parser, typed values from `key=value` text, and the checks made before
-any work (device, output paths). transformer/cli.py runs the verbs."""
+any work (device, output paths). transformer/cli.py and
+transformer/cli_experiment.py run the verbs."""
 from __future__ import annotations
 
 __all__ = [
