@@ -761,6 +761,22 @@ TABLE.update({
         # E34's measurement, exported
         ('import time\n\nfrom transformer.model import GPTConfig', HI),
     ],
+    '19_sliding_window': [
+        # the sinks' argument checkers; E36's measurement, exported, and the
+        # cells that glue its declared bounds, rerun its smoke shape and
+        # recompute or judge its records
+        ('from transformer.positions import ROPE_LAYOUTS, apply_rope', HI),
+        ('import dataclasses\nimport time\n\nfrom torch import nn', HI),
+        ('def _long_context_scores(', HI),
+        ('def long_context_arms(', HI),
+        ("# E36's declared metrics", HI),
+        ('def long_context_study(', HI),
+        ('from pathlib import Path', HI),
+        ('from transformer.baseline import token_stream\n'
+         'from transformer.experiments import BYTE_VOCAB_SIZE\n\nsmoke', HI),
+        ('for r in runs:', RC),
+        ('def values(metric, minus=None):', RC),
+    ],
 })
 # END TABLE
 

@@ -6,6 +6,12 @@ __all__ = [
     "visible_keys",
     "RollingKVCache",
     "rolling_logits",
+    "window_flops_per_token",
+    "with_window",
+    "RollingScorer",
+    "long_context_arms",
+    "long_context_metrics",
+    "long_context_study",
 ]
 
 
@@ -27,20 +33,65 @@ def visible_keys(T: int, S: int, window: int) -> torch.Tensor:
     return mask.sum(1)
 
 
+from transformer.positions import ROPE_LAYOUTS, apply_rope
+
+
+def _check_sinks(sinks, window: int) -> None:
+    if isinstance(sinks, bool) or not isinstance(sinks, int) \
+            or not 0 <= sinks < window:
+        raise ValueError(f"sinks: expected an int in [0, window - 1] = "
+                         f"[0, {window - 1}], got {sinks!r}")
+
+
+def _check_rope(rope) -> None:
+    ok = (isinstance(rope, tuple) and len(rope) == 2
+          and isinstance(rope[0], (int, float))
+          and not isinstance(rope[0], bool) and rope[0] > 0
+          and rope[1] in ROPE_LAYOUTS)
+    if rope is not None and not ok:
+        raise ValueError(f"rope: expected None or (base > 0, layout in "
+                         f"{ROPE_LAYOUTS}), got {rope!r}")
+
+
+def _check_chunk(seen: int, T: int, window: int, sinks: int) -> None:
+    if sinks and T > 1 and seen + T > window:
+        raise ValueError(
+            f"k: with sinks, a chunk of {T} positions must end by position "
+            f"window - 1 = {window - 1} (it would end at {seen + T - 1}); "
+            f"past it decode one position at a time, move 5")
+
+
+def _number_sinks(k: torch.Tensor, sinks: int, delta: int,
+                  rope: tuple) -> torch.Tensor:
+    """k (B, H_kv, S, Dh), its first `sinks` keys turned at their own
+    positions 0..sinks-1, with those turned on by delta positions so that
+    they sit just before the oldest recent key, eq. (eq-window-reindex):
+    R_delta R_j = R_(j + delta). Chapter "Sliding-window attention", move
+    5."""
+    pos = torch.full((sinks,), delta, device=k.device)  # (sinks,)
+    return torch.cat([apply_rope(k[:, :, :sinks], pos, *rope),
+                      k[:, :, sinks:]], dim=2)  # (B, H_kv, S, Dh)
+
+
 class RollingKVCache:
     """Keys and values of one attention layer for a model with
-    attn_window = W: keeps the last W - 1 positions. update(k, v) with T
-    new positions (B, H_kv, T, Dh) returns the kept ones followed by the
-    new ones, (B, H_kv, P + T, Dh), then keeps the last W - 1 of those.
-    Bytes kept: eq. (eq-window-cache). Chapter "Sliding-window
-    attention", moves 3-4."""
+    attn_window = W: keeps W - 1 positions, the first `sinks` ever seen
+    and the last W - 1 - sinks others, eq. (eq-window-sinks). update(k,
+    v) with T new positions (B, H_kv, T, Dh) returns the kept ones and
+    the new ones, (B, H_kv, P + T, Dh). rope=None keeps every key at its
+    absolute position; rope=(base, layout) numbers the sinks inside the
+    cache (StreamingLLM), eq. (eq-window-reindex). Bytes kept: eq.
+    (eq-window-cache). Chapter "Sliding-window attention", moves 3-5."""
 
-    def __init__(self, window: int):
+    def __init__(self, window: int, sinks: int = 0, rope=None):
         if isinstance(window, bool) or not isinstance(window, int) \
                 or window < 1:
             raise ValueError(f"window: expected a positive int, "
                              f"got {window!r}")
-        self.keep = window - 1  # P, move 3
+        _check_sinks(sinks, window)
+        _check_rope(rope)
+        self.window, self.sinks, self.rope = window, sinks, rope
+        self.keep = window - 1  # P, move 3: sinks and recent together
         self.k = self.v = None  # (B, H_kv, <= P, Dh) once filled
         self.length = 0  # positions seen so far
 
@@ -58,13 +109,23 @@ class RollingKVCache:
             raise ValueError(f"k: expected shape {tuple(self.k.shape[:2])}"
                              f" + (T, {self.k.shape[3]}), got "
                              f"{tuple(k.shape)}")
+        _check_chunk(self.length, k.shape[2], self.window, self.sinks)
         self.length += k.shape[2]
         if self.k is not None:
             k = torch.cat([self.k, k], dim=2)  # (B, H_kv, P + T, Dh)
             v = torch.cat([self.v, v], dim=2)
-        start = max(0, k.shape[2] - self.keep)
-        self.k = k[:, :, start:].clone()  # (B, H_kv, <= P, Dh), move 3
-        self.v = v[:, :, start:].clone()
+        s = min(self.sinks, k.shape[2])  # sinks: always the first s
+        start = s + max(0, k.shape[2] - s - (self.keep - self.sinks))
+        if s:  # (B, H_kv, <= P, Dh): sinks, then recent, move 5
+            self.k = torch.cat([k[:, :, :s], k[:, :, start:]], dim=2)
+            self.v = torch.cat([v[:, :, :s], v[:, :, start:]], dim=2)
+        else:  # (B, H_kv, <= P, Dh), move 3
+            self.k = k[:, :, start:].clone()
+            self.v = v[:, :, start:].clone()
+        # the oldest non-sink key returned sits at f = length - (S - s)
+        delta = self.length - k.shape[2]  # f - k, eq. (eq-window-reindex)
+        if self.rope is not None and s and delta > 0:
+            k = _number_sinks(k, s, delta, self.rope)  # (B, H_kv, S, Dh)
         return k, v
 
 
@@ -83,21 +144,251 @@ def _check_rolling(model, n_positions: int) -> None:
 
 @torch.no_grad()
 def rolling_logits(model, idx: torch.Tensor, chunk: int = 1,
-                   prefill: int = 0) -> torch.Tensor:
+                   prefill: int = 0, sinks: int = 0,
+                   reindex: bool = False) -> torch.Tensor:
     """Logits (B, T, V) for idx (B, T), computed with one RollingKVCache
     per layer: the first `prefill` positions in one call, then chunks of
     `chunk` positions (chunk = 1 is token-by-token decoding). Equals one
-    pass model(idx)[0] by moves 3-4. Chapter "Sliding-window attention"."""
+    pass model(idx)[0] by moves 3-4. With `sinks` (move 5) it equals one
+    pass under eq. (eq-window-sinks), and needs chunk = 1 and prefill <=
+    W; reindex=True numbers the sinks inside the cache (StreamingLLM,
+    eq. (eq-window-reindex)). Chapter "Sliding-window attention"."""
     if not (isinstance(chunk, int) and chunk >= 1):
         raise ValueError(f"chunk: expected a positive int, got {chunk!r}")
     if not (isinstance(prefill, int) and 0 <= prefill <= idx.shape[1]):
         raise ValueError(f"prefill: expected an int in [0, T], got "
                          f"{prefill!r}")
+    if not isinstance(reindex, bool):
+        raise ValueError(f"reindex: expected a bool, got {reindex!r}")
     _check_rolling(model, idx.shape[1])
-    caches = [RollingKVCache(model.config.attn_window)
-              for _ in range(model.config.n_layer)]
+    cfg = model.config
+    _check_sinks(sinks, cfg.attn_window)
+    if sinks and chunk != 1:
+        raise ValueError(f"chunk: with sinks the window kernel masks one "
+                         f"new position at a time; expected 1, got {chunk}")
+    if sinks and prefill > cfg.attn_window:
+        raise ValueError(f"prefill: with sinks expected at most window = "
+                         f"{cfg.attn_window} positions, got {prefill}")
+    if reindex and (cfg.pos_encoding != "rope" or not sinks):
+        raise ValueError("reindex: numbers RoPE keys inside the cache, so "
+                         "it needs pos_encoding = 'rope' and sinks > 0 "
+                         f"(got {cfg.pos_encoding!r}, sinks {sinks})")
+    caches = [RollingKVCache(cfg.attn_window, sinks, (
+        b.attn.rope_base, b.attn.rope_layout_k) if reindex else None)
+        for b in model.blocks]
     bounds = ([0, prefill] if prefill else [0]) + list(
         range(prefill + chunk, idx.shape[1], chunk)) + [idx.shape[1]]
     outs = [model(idx[:, a:b], start_pos=a, caches=caches)[0]
             for a, b in zip(bounds, bounds[1:]) if b > a]
     return torch.cat(outs, dim=1)  # (B, T, V)
+
+
+import dataclasses
+import time
+
+from torch import nn
+
+from transformer.cost_model import forward_flops
+from transformer.model import GPT, GPTConfig
+from transformer.rope_scaling import copy_gain
+from transformer.training import (TrainConfig, heldout_losses, init_model,
+                                  train)
+
+# E36's arms. Trained at T with RoPE: full attention and windows T/2, T/4,
+# T/8 ("window_div"); then the full model decoded through rolling caches
+# of W = T: no sinks, 4 sinks numbered inside the cache (StreamingLLM),
+# 4 sinks at their absolute positions (this book's cache as it was)
+LONG_ARMS = {"full": {}, "w_t2": {"window_div": 2},
+             "w_t4": {"window_div": 4}, "w_t8": {"window_div": 8},
+             "roll": {"rolling_of": "full", "sinks": 0},
+             "roll_sink4": {"rolling_of": "full", "sinks": 4,
+                            "reindex": True},
+             "roll_sink4_abs": {"rolling_of": "full", "sinks": 4}}
+LONG_LABELS = {"full": "full attention", "w_t2": "W = T/2",
+               "w_t4": "W = T/4", "w_t8": "W = T/8",
+               "roll": "full, rolling W = T",
+               "roll_sink4": "rolling + 4 sinks (in cache)",
+               "roll_sink4_abs": "rolling + 4 sinks (absolute)"}
+LONG_FACTORS = (1, 4, 16)  # evaluated lengths, in units of T
+# copy-probe distances per length, in units of T: at 4T, d = W and 2W for
+# every window; at 16T fewer (a decoded arm costs one call per token)
+LONG_COPY = {1: (1 / 8, 1 / 4, 1 / 2), 4: (1 / 8, 1 / 4, 1 / 2, 1, 2),
+             16: (1 / 8, 15)}
+LONG_COPY_WINDOWS = 64  # held-out windows per copy-probe length
+# spans of the per-position loss, in units of T: all trained positions,
+# the late trained ones (every window full), 4T and 16T beyond
+LONG_SPANS = {"T": (0, 1), "late": (0.5, 1), "4T": (1, 4), "16T": (4, 16)}
+
+
+def window_flops_per_token(config: GPTConfig, length: int,
+                           window: int | None = None) -> float:
+    """Forward matmul FLOPs per token over a text of `length` tokens: the
+    cost model's terms without its full T x T score matrix
+    (forward_flops, chapter "The cost model"), plus 4 D per score entry
+    a query sees (2 D for the score, 2 D for the weighted sum), the
+    entries counted by visible_keys under `window` (None: causal).
+    Chapter "Sliding-window attention", section "Measured"."""
+    f = forward_flops(length, 1, config)
+    entries = int(visible_keys(length, length, window or length).sum())
+    attn = config.n_layer * 4 * config.n_embd * entries
+    return (f["total"] - f["attention_quadratic"] + attn) / length
+
+
+def with_window(model: GPT, window: int) -> GPT:
+    """A copy of `model` with attn_window = window and the same weights
+    (a window has no parameters; on texts of at most `window` tokens it
+    is the same function, move 1). Chapter "Sliding-window attention",
+    section "Measured"."""
+    out = GPT(dataclasses.replace(model.config, attn_window=window))
+    out.load_state_dict(model.state_dict())
+    return out.train(model.training)
+
+
+class RollingScorer(nn.Module):
+    """A sliding-window model scored through rolling caches with `sinks`:
+    forward(idx (B, T)) -> (rolling_logits(model, idx, 1, min(W, T),
+    sinks, reindex) (B, T, V), None), so that the book's evaluator
+    (heldout_losses) and the copy probe score it as they score a model.
+    Chapter "Sliding-window attention", section "Measured"."""
+
+    def __init__(self, model: GPT, sinks: int = 0, reindex: bool = False):
+        super().__init__()
+        self.model, self.sinks, self.reindex = model, sinks, reindex
+        self.config = model.config
+
+    def forward(self, idx: torch.Tensor):
+        prefill = min(self.config.attn_window, idx.shape[1])
+        return rolling_logits(self.model, idx, 1, prefill, self.sinks,
+                              self.reindex), None  # (B, T, V)
+
+
+def _long_context_scores(scorer, net: GPT, val_ids: torch.Tensor,
+                         cfg: TrainConfig, batch: tuple, factors: tuple,
+                         copy: dict, n_windows: int) -> dict:
+    """Per-position loss at max(factors) * T on the run's eval windows,
+    copy gains at each length (span T / 8), FLOPs per token."""
+    T, W = net.config.block_size, net.config.attn_window
+    nll = heldout_losses(scorer, val_ids, max(factors) * T, *batch,
+                         cfg.eval_seed)  # (n, 16T)
+    return {
+        "loss_per_position": [round(x, 5) for x in nll.mean(0).tolist()],
+        "copy_gain": {str(f * T): copy_gain(
+            scorer, val_ids, f * T, tuple(int(d * T) for d in copy[f]),
+            T // 8, n_windows, cfg.eval_seed) for f in factors},
+        "flops_per_token": {str(f * T): window_flops_per_token(
+            net.config, f * T, W) for f in factors}}
+
+
+def long_context_arms(seed: int, data, model: dict, run: dict,
+                      arms: dict = LONG_ARMS,
+                      factors: tuple = LONG_FACTORS,
+                      copy: dict = LONG_COPY,
+                      n_windows: int = LONG_COPY_WINDOWS) -> dict:
+    """For each arm of `arms` ({} or {"window_div": n} or {"rolling_of":
+    an earlier arm, "sinks": k, "reindex": bool}), a RoPE
+    GPTConfig(**model) with attn_window = T / n (none for {}) from
+    init_model(seed) (one set of weights: a window has no parameters),
+    trained on data = (tokenizer, train_ids, val_ids) with
+    TrainConfig(**run, seed=seed); a "rolling_of" arm decodes the named
+    model through rolling caches of W = T with k sinks (no sinks: one
+    pass through its window, the same numbers by move 4). Each is scored
+    by _long_context_scores. Returns {name: the arm's record}. Chapter
+    "Sliding-window attention", section "Measured"."""
+    T = model["block_size"]
+    if T < 16:  # the copy probe scores bytes 2..span of a span of T / 8
+        raise ValueError(f"model: expected block_size >= 16, got {T}")
+    _, train_ids, val_ids = data
+    cfg = TrainConfig(**{**run, "seed": seed})
+    trained, out = {}, {}
+    for name, arm in arms.items():
+        start = time.process_time()
+        sinks, reindex = arm.get("sinks", 0), arm.get("reindex", False)
+        batch, of = (cfg.batch_size, cfg.eval_batches), arm.get("rolling_of")
+        if of is not None:
+            if of not in trained:
+                raise ValueError(f"arms: {name!r} decodes {of!r}, which "
+                                 f"must be a trained arm listed before it")
+            net = with_window(trained[of], T).eval()
+            losses = out[of]["train_loss"]
+            scorer = RollingScorer(net, sinks, reindex) if sinks else net
+            if sinks:  # the same windows in one batch: one decode loop
+                batch = (cfg.batch_size * cfg.eval_batches, 1)
+        else:
+            window = T // arm["window_div"] if "window_div" in arm else None
+            net = init_model(GPTConfig(**{**model, "pos_encoding": "rope",
+                                          "attn_window": window}), seed)
+            losses = [round(x, 5) for x in
+                      train(net, train_ids, val_ids, cfg)["train_loss"]]
+            trained[name] = scorer = net
+        out[name] = {"window": net.config.attn_window, "sinks": sinks,
+                     "reindex": reindex, "rolling_of": of,
+                     "train_loss": losses, **_long_context_scores(
+                         scorer, net, val_ids, cfg, batch, factors, copy,
+                         n_windows),
+                     "cpu_s": round(time.process_time() - start, 1)}
+    return out
+
+
+# E36's declared metrics (the runner's summary columns): rises, window
+# costs inside T, the sinks' effect, copy gains at d = W and 2W at 4T
+LONG_METRICS = (
+    "full_rise", "w_t2_rise", "w_t4_rise", "w_t8_rise",
+    "w_t2_minus_full_late", "w_t8_minus_full_late", "roll_rise",
+    "roll_sink4_rise", "sink4_minus_roll_16T", "sink4abs_minus_sink4_16T",
+    "w_t8_gain_W", "w_t8_gain_2W", "w_t4_gain_W", "w_t4_gain_2W",
+    "w_t2_gain_W", "w_t2_gain_2W", "roll_gain_W", "roll_gain_2W",
+    "full_gain_T")
+_LONG_DIFFS = {"w_t2_minus_full_late": ("w_t2", "full", "late"),
+               "w_t4_minus_full_late": ("w_t4", "full", "late"),
+               "w_t8_minus_full_late": ("w_t8", "full", "late"),
+               "sink4_minus_roll_16T": ("roll_sink4", "roll", "16T"),
+               "sink4abs_minus_sink4_16T": ("roll_sink4_abs", "roll_sink4",
+                                            "16T"),
+               "w_t2_minus_roll_16T": ("w_t2", "roll", "16T")}
+
+
+def long_context_metrics(arms: dict, T: int) -> dict:
+    """E36's final metrics from the arms' records: each arm's mean loss
+    over each span of LONG_SPANS ("{arm}_{span}"), its rise (16T minus
+    late), the differences of _LONG_DIFFS, each windowed arm's copy gain
+    at d = W and d = 2W at 4T, and the full arm's mean gain at T. Chapter
+    "Sliding-window attention", section "Measured"."""
+    final = {}
+    for name, rec in arms.items():
+        pos = rec["loss_per_position"]
+        for span, (a, b) in LONG_SPANS.items():
+            lo, hi = int(a * T), int(b * T)
+            final[f"{name}_{span}"] = sum(pos[lo:hi]) / (hi - lo)
+        final[f"{name}_rise"] = final[f"{name}_16T"] - final[f"{name}_late"]
+        gains, W = rec["copy_gain"].get(str(4 * T), {}), rec["window"]
+        if W is not None and not rec["sinks"]:
+            for key, d in (("W", W), ("2W", 2 * W)):
+                final[f"{name}_gain_{key}"] = gains.get(str(d))
+    for metric, (a, b, span) in _LONG_DIFFS.items():
+        if a in arms and b in arms:
+            final[metric] = final[f"{a}_{span}"] - final[f"{b}_{span}"]
+    if "full" in arms:
+        g = arms["full"]["copy_gain"][str(T)]
+        final["full_gain_T"] = sum(g.values()) / len(g)
+    return final
+
+
+def long_context_study(seed: int, data, model: dict, run: dict,
+                       smoke: bool = False) -> dict:
+    """E36's measurement for one seed, as a probe returns it: the final
+    metrics of long_context_metrics and, under "raw", every arm's record
+    from long_context_arms(seed, data, model, run) with the model and run
+    used. smoke=True shrinks them: one layer of width 32 at T = 16, 3
+    steps, 4 copy windows. The experiment runner calls it as probe E36
+    (appendix "The experiments, declared") with the ablations' byte model
+    and recipe. Chapter "Sliding-window attention", section "Measured"."""
+    model, run, n_windows = dict(model), dict(run), LONG_COPY_WINDOWS
+    if smoke:
+        model.update(n_embd=32, n_layer=1, n_head=2, block_size=16)
+        run.update(steps=3, batch_size=2, warmup_steps=1, eval_interval=2,
+                   eval_batches=1)
+        n_windows = 4
+    arms = long_context_arms(seed, data, model, run, n_windows=n_windows)
+    final = long_context_metrics(arms, model["block_size"])
+    return {**final, "raw": {"arms": arms, "byte_model": model,
+                             "byte_run": run}}
