@@ -261,7 +261,7 @@ RETIRED_RUN_FIELDS = {"compile": False}
 IN_PROGRESS = {"E22"}
 # Declared and not started: no record may exist yet (the first one moves
 # the id to IN_PROGRESS); chapter 15 shows their tables as "not run".
-NOT_STARTED = {"E24", "E26"}
+NOT_STARTED = {"E24", "E26", "E37"}
 
 
 def _hashable(stratum):
@@ -937,6 +937,28 @@ def test_a_moved_measurement_keeps_its_records():
         assert plan["stale"] == 0 and plan["done"], exp.id
         assert {r["probe_config"]["measure"] for r in plan["done"]} <= {
             old, now["measure"]}
+
+
+def test_e37_extends_e25_by_its_own_spread():
+    """E37 (declared before its runs): E25's two arms at the seeds E25
+    lacks, up to the power rule's n for the standard deviation of E25's
+    own per-seed differences, RMSNorm minus LayerNorm."""
+    from transformer.ablations import DELTA, E37_SD, seeds_needed
+    from transformer.experiments import load_runs
+    e25, e37 = EXPERIMENTS["E25"], EXPERIMENTS["E37"]
+    by = {(r["value"], r["seed"]): r["final"]["val_loss"]
+          for r in load_runs("E25", ROOT)}
+    d = [by["rmsnorm", k] - by["layernorm", k] for k in e25.seeds]
+    m = sum(d) / len(d)
+    sd = math.sqrt(sum((x - m) ** 2 for x in d) / (len(d) - 1))
+    assert E37_SD == pytest.approx(sd, abs=5e-5)
+    n = seeds_needed(E37_SD, DELTA["E25"])
+    assert e37.seeds == tuple(range(len(e25.seeds), n)) and n > 10
+    assert e37.falsifier == e25.falsifier
+    assert e37.prediction.startswith(e25.prediction)
+    for f in ("variable", "values", "model", "run", "stratum", "strata",
+              "eval_text", "metrics", "overrides", "extras"):
+        assert getattr(e37, f) == getattr(e25, f), f
 
 
 def test_e35_extends_e23_by_its_widest_claim_spread():

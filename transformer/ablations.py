@@ -472,6 +472,16 @@ _E35 = replace(
     falsifier=_E23.falsifier)
 
 
+E37_SD = 0.0321  # RMSNorm - LayerNorm over E25's seeds 0-9
+_E37 = replace(
+    _E25, id="E37", title="E25's norms at the seeds its spread needs",
+    seeds=tuple(range(len(_E25.seeds), seeds_needed(E37_SD,
+                                                    DELTA["E25"]))),
+    prediction=_E25.prediction + (
+        " Judged on E25's and E37's seeds together."),
+    falsifier=_E25.falsifier)
+
+
 from transformer.experiments import RECIPE
 
 E34_MODEL = {"vocab_size": BYTE_VOCAB_SIZE, **_BYTE_MODEL}
@@ -548,4 +558,4 @@ _E34 = Probe(
 EXPERIMENTS = {e.id: e for e in sorted((
     _E1, _E2, _E3, _E4, _E5, _E6, _E7, _E8, _E9, _E14, _E19, _E20, _E21,
     _E22, _E23, _E24, _E25, _E26, _E27, _E28, _E30, _E31, _E32, _E34, _E35,
-    *PROBES), key=lambda e: int(e.id[1:]))}  # E1, E2, ... in order
+    _E37, *PROBES), key=lambda e: int(e.id[1:]))}  # E1, E2, ... in order
