@@ -3,9 +3,9 @@
 
 For each shape (width 128 to GPT-2 small) and each context position S, both
 models (same random weights, GPT.from_hf_gpt2) decode greedily in lockstep
-(tools/bench_kv_cache.py's `lockstep`: one step of ours, one of Hugging
-Face's, alternating which goes first), so every pair of steps sees the same
-load. A point at position S times the steps whose key positions run from
+(tools/bench_kv_cache.py's `lockstep`: ours through the package's one loop,
+decode_stream; one step of ours, one of Hugging Face's, alternating which
+goes first), so every pair of steps sees the same load. A point at position S times the steps whose key positions run from
 S - n + 1 to S. The read bandwidth (transformer.bench.read_bandwidth,
 512 MiB, far beyond the last-level cache) is measured at the start, after
 every round and at the end, in the same process and thread count, and the
@@ -21,7 +21,6 @@ Usage: .venv/bin/python tools/bench_decode_roofline.py [--quick] [--out PATH]
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -32,12 +31,13 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 import oracles  # noqa: E402  (tools/, this script's folder)
-from bench_kv_cache import lockstep, prefill  # noqa: E402  (one loop)
+from bench_kv_cache import bench_args, lockstep  # noqa: E402
 from transformer.bench import (environment, latency_summary,  # noqa: E402
                                peak_read_bandwidth, quantile,
                                ratio_of_medians_ci, read_bandwidth,
                                write_json)
-from transformer.kv_cache import decode_step_bytes  # noqa: E402
+from transformer.kv_cache import (decode_step_bytes,  # noqa: E402
+                                  decode_stream)
 from transformer.model import GPT, GPTConfig  # noqa: E402
 from transformer.training import PRESETS  # noqa: E402
 
@@ -68,25 +68,21 @@ def bandwidth(t_start, nbytes, repeat):
 
 def profile_step(ours, hf, prompt, steps):
     """Self CPU time by operator of `steps` decode steps per model after a
-    prompt, profiled one step at a time, alternating the two models so
-    both see the same load; per step: ms and calls."""
+    prompt (1, T0) and one untimed step, each model in its decode loop
+    (bench_kv_cache.lockstep's), profiled one step at a time, alternating
+    the two models so both see the same load; per step: ms and calls."""
     from torch.profiler import ProfilerActivity, profile
 
-    caches, na, nb, past, pos = prefill(ours, hf, prompt, steps + 1)
-    ours(na, start_pos=pos, caches=caches)  # one untimed step each
-    out = hf(input_ids=nb, past_key_values=past, use_cache=True)
-    past, pos = out.past_key_values, pos + 1
+    streams = {"ours": decode_stream(ours, prompt, steps + 2, temperature=0),
+               "hf": oracles.hf_greedy_stream(hf, prompt, steps + 2)}
+    for stream in streams.values():
+        next(stream)  # the prefill
+        next(stream)  # one untimed step
     acc = {"ours": {}, "hf": {}}
     for i in range(steps):
         for who in (("ours", "hf") if i % 2 == 0 else ("hf", "ours")):
             with profile(activities=[ProfilerActivity.CPU]) as prof:
-                if who == "ours":
-                    ours(na, start_pos=pos + i, caches=caches)
-                else:
-                    out = hf(input_ids=nb, past_key_values=past,
-                             use_cache=True)
-            if who == "hf":
-                past = out.past_key_values
+                next(streams[who])  # one decode step
             for e in prof.key_averages():
                 ms, n = acc[who].get(e.key, (0.0, 0))
                 acc[who][e.key] = (ms + e.self_cpu_time_total / 1e3, n
@@ -96,7 +92,7 @@ def profile_step(ours, hf, prompt, steps):
         rows = [{"op": k, "calls": n / steps, "self_ms": ms / steps}
                 for k, (ms, n) in ops.items()]
         rows.sort(key=lambda o: -o["self_ms"])
-        tables[who] = {"steps": steps, "position": pos,
+        tables[who] = {"steps": steps, "position": prompt.shape[1] + 1,
                        "order": "one step per profile, alternating",
                        "self_ms_total": sum(o["self_ms"] for o in rows),
                        "ops": rows}
@@ -126,17 +122,6 @@ def floor_ratio(steps, nbytes, bw_samples):
     the steps and the bandwidth samples independently."""
     floors = [nbytes / (g * 1e9) for g in bw_samples]
     return list(ratio_of_medians_ci(steps, floors, paired=False))
-
-
-def bench_args(argv, doc: str):
-    """A decode benchmark's command line, `--quick` and `--out PATH`; the
-    run is timed on one thread from here on."""
-    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--out", default=None)
-    args = ap.parse_args(argv)
-    torch.set_num_threads(1)
-    return args
 
 
 def main(argv=None) -> int:

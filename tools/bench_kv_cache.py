@@ -4,14 +4,17 @@ against Hugging Face GPT2LMHeadModel with its cache, interleaved.
 Both models have the same random weights (GPT.from_hf_gpt2) and decode
 greedily in lockstep (one step of ours, one of Hugging Face's, alternating
 which goes first), with torch.set_num_threads(1), so every pair of steps
-sees the same machine load. Every decode step is timed on its own, so a
-run of N new tokens gives N - 1 per-token latencies per model. At the tiny
-shape our model also decodes without the cache (full recompute).
+sees the same machine load. Ours decodes through the package's one loop,
+transformer.kv_cache.decode_stream. Every decode step is timed on its own,
+so a run of N new tokens gives N - 1 per-token latencies per model. At the
+tiny shape our model also decodes without the cache (full recompute, the
+same loop through decode_step_times).
 
 Writes results/kv_cache/decode_latency.json. Run time about 10 minutes on
-a busy 2-core machine; --quick for a smoke test.
+a busy 2-core machine; --quick (one round of 32 tokens per shape,
+about a minute, written under results/tmp/) for a smoke test.
 
-Usage: .venv/bin/python tools/bench_kv_cache.py [--quick]
+Usage: .venv/bin/python tools/bench_kv_cache.py [--quick] [--out PATH]
 """
 from __future__ import annotations
 
@@ -27,12 +30,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import oracles  # noqa: E402  (tools/, this script's folder)
 from transformer.bench import (environment, latency_summary,  # noqa: E402
                                ratio_of_medians_ci, write_json)
-from transformer.kv_cache import make_caches  # noqa: E402
+from transformer.kv_cache import (decode_step_times,  # noqa: E402
+                                  decode_stream)
 from transformer.model import GPT, GPTConfig  # noqa: E402
 from transformer.training import PRESETS  # noqa: E402
 
-OUT = (Path(__file__).resolve().parent.parent / "results" / "kv_cache"
-       / "decode_latency.json")
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "results" / "kv_cache" / "decode_latency.json"
+QUICK_OUT = ROOT / "results" / "tmp" / "decode_latency-quick.json"
 SHAPES = {  # tiny: the `tiny` preset's shape (transformer.training.PRESETS)
     "tiny": {k: PRESETS["tiny"][0][k]
              for k in ("vocab_size", "n_layer", "n_head", "n_embd")},
@@ -42,57 +47,37 @@ PROMPT = 16
 LENGTHS = (32, 128, 512)
 
 
-def ours_recompute(model, prompt, n):
-    """Greedy decode of n tokens, rerunning the whole sequence each step."""
-    seq = prompt
-    t0 = time.perf_counter()
-    logits, _ = model(seq)  # (1, T0, V)
-    nxt = logits[:, -1].argmax(-1, keepdim=True)  # (1, 1)
-    prefill = time.perf_counter() - t0
-    steps, toks = [], [nxt.item()]
-    for _ in range(n - 1):
-        t0 = time.perf_counter()
-        seq = torch.cat([seq, nxt], dim=1)  # (1, t + 1)
-        logits, _ = model(seq)  # (1, t + 1, V)
-        nxt = logits[:, -1].argmax(-1, keepdim=True)  # (1, 1)
-        steps.append(time.perf_counter() - t0)
-        toks.append(nxt.item())
-    return prefill, steps, toks
-
-
-def prefill(ours, hf, prompt, n):
-    """Both models read `prompt` (1, T0) with room for n more tokens:
-    our caches, the greedy next token of each, Hugging Face's cache and
-    the next position."""
-    caches = make_caches(ours, 1, prompt.shape[1] + n)
-    a, _ = ours(prompt, caches=caches)  # (1, T0, V)
-    out = hf(input_ids=prompt, use_cache=True)
-    na = a[:, -1].argmax(-1, keepdim=True)  # (1, 1)
-    nb = out.logits[:, -1].argmax(-1, keepdim=True)  # (1, 1)
-    return caches, na, nb, out.past_key_values, prompt.shape[1]
-
-
 def lockstep(ours, hf, prompt, n):
-    """Both models decode n tokens greedily in lockstep, one step of ours,
-    then one of Hugging Face's, alternating which goes first: every pair
-    of steps sees the same machine load. Returns both per-step lists."""
-    caches, na, nb, past, pos = prefill(ours, hf, prompt, n)
-    ta, tb, same = [], [], True
+    """Both models decode n tokens greedily after `prompt` (1, T0), ours
+    through the package's one decoding loop (`decode_stream` at
+    temperature 0), Hugging Face's through `oracles.hf_greedy_stream`; the
+    prefills are untimed, then one step of ours, one of Hugging Face's,
+    alternating which goes first, so every pair of steps sees the same
+    machine load. Returns both lists of n - 1 step times (seconds) and
+    whether the two chose the same tokens."""
+    streams = {"ours": decode_stream(ours, prompt, n, temperature=0),
+               "hf": oracles.hf_greedy_stream(hf, prompt, n)}
+    last = {who: next(stream) for who, stream in streams.items()}
+    times = {who: [] for who in streams}
+    same = torch.equal(last["ours"], last["hf"])
     for i in range(n - 1):
-        for who in (("a", "b") if i % 2 == 0 else ("b", "a")):
+        for who in (("ours", "hf") if i % 2 == 0 else ("hf", "ours")):
             t0 = time.perf_counter()
-            if who == "a":
-                a, _ = ours(na, start_pos=pos, caches=caches)  # (1, 1, V)
-                na = a[:, -1].argmax(-1, keepdim=True)  # (1, 1)
-                ta.append(time.perf_counter() - t0)
-            else:
-                out = hf(input_ids=nb, past_key_values=past, use_cache=True)
-                past = out.past_key_values
-                nb = out.logits[:, -1].argmax(-1, keepdim=True)  # (1, 1)
-                tb.append(time.perf_counter() - t0)
-        same = same and na.item() == nb.item()
-        pos += 1
-    return ta, tb, same
+            last[who] = next(streams[who])  # (1,): one decode step
+            times[who].append(time.perf_counter() - t0)
+        same = same and torch.equal(last["ours"], last["hf"])
+    return times["ours"], times["hf"], same
+
+
+def bench_args(argv, doc: str):
+    """A decode benchmark's command line, `--quick` and `--out PATH`; the
+    run is timed on one thread from here on."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    return args
 
 
 def build(shape):
@@ -101,20 +86,21 @@ def build(shape):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args(argv)
-    torch.set_num_threads(1)
+    args = bench_args(argv, __doc__)
     # lockstep rounds per (shape, length): each round decodes n tokens with
     # both models, alternating single steps, so every pair of steps sees
     # the same load; fewer at GPT-2 small, where a step takes ~100x longer
     rounds = {"tiny": {32: 10, 128: 6, 512: 3},
               "gpt2_small": {32: 3, 128: 2, 512: 1}}
     recompute_rounds = {32: 4, 128: 2, 512: 1}  # tiny only
-    if args.quick:
+    lengths = LENGTHS
+    if args.quick:  # one round of the shortest length: the code runs
+        lengths = LENGTHS[:1]
         rounds = {k: {n: 1 for n in v} for k, v in rounds.items()}
         recompute_rounds = {n: 1 for n in recompute_rounds}
-    record = {"prompt": PROMPT, "lengths": list(LENGTHS), "threads": 1,
+    out_path = Path(args.out) if args.out else (
+        QUICK_OUT if args.quick else OUT)
+    record = {"prompt": PROMPT, "lengths": list(lengths), "threads": 1,
               "order": "lockstep: alternating single decode steps",
               "environment": environment(), "runs": []}
     t_start = time.perf_counter()
@@ -125,7 +111,7 @@ def main(argv=None) -> int:
                                generator=g)  # (1, T0)
         with torch.no_grad():
             lockstep(ours, hf, prompt, 8)  # warm-up
-            for n in LENGTHS:
+            for n in lengths:
                 ta, tb, same = [], [], True
                 for _ in range(rounds[shape_name][n]):
                     a, b, ok = lockstep(ours, hf, prompt, n)
@@ -143,22 +129,22 @@ def main(argv=None) -> int:
                                 "summary": latency_summary(flat_b)},
                          "ratio_ours_over_hf": [ratio, lo, hi],
                          "same_tokens": same}
-                if shape_name == "tiny":
-                    rec = [ours_recompute(ours, prompt, n)
+                if shape_name == "tiny":  # the same loop, no cache
+                    rec = [decode_step_times(ours, prompt, n - 1,
+                                             cached=False)
                            for _ in range(recompute_rounds[n])]
-                    steps = [s for _, st, _ in rec for s in st]
                     entry["ours_recompute"] = {
-                        "step_s": [st for _, st, _ in rec],
-                        "summary": latency_summary(steps)}
+                        "step_s": rec, "summary": latency_summary(
+                            [s for run in rec for s in run])}
                 record["runs"].append(entry)
-                write_json(record, OUT)  # after every entry: partial runs
+                write_json(record, out_path)  # after every entry: partial runs
                 print(f"{shape_name} n={n}: ours p50 "
                       f"{entry['ours']['summary']['p50'] * 1e3:.3f} ms, hf "
                       f"p50 {entry['hf']['summary']['p50'] * 1e3:.3f} ms, "
                       f"ratio {ratio:.3f} [{lo:.3f}, {hi:.3f}] "
                       f"({time.perf_counter() - t_start:.0f} s)", flush=True)
     record["environment_end"] = environment()
-    write_json(record, OUT)
+    write_json(record, out_path)
     return 0
 
 

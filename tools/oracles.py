@@ -22,6 +22,23 @@ def hf_gpt2(config, attn: str = "eager", seed: int = 0):
     return model.eval()
 
 
+@torch.no_grad()  # on a generator: grad mode is off only while it runs
+def hf_greedy_stream(hf, prompt: torch.Tensor, n: int):
+    """Hugging Face's model decoding greedily with its own cache, shaped
+    like `transformer.kv_cache.decode_stream(model, prompt, n,
+    temperature=0)`: the prompt (1, T0) once, then one token per step;
+    yields each of the n new tokens, (1,) int64, as it is chosen, so a
+    benchmark can time (or profile) one step per `next`."""
+    out = hf(input_ids=prompt, use_cache=True)  # prefill
+    for i in range(n):
+        nxt = out.logits[:, -1].argmax(-1)  # (1,)
+        yield nxt
+        if i + 1 == n:
+            break
+        out = hf(input_ids=nxt[:, None], past_key_values=out.past_key_values,
+                 use_cache=True)  # (1, 1, V) logits
+
+
 def tiktoken_of(tok, name: str = "book-bpe"):
     """A `tiktoken.Encoding` with the ranks, pattern and special tokens of
     the book's `BPETokenizer` `tok` (ids are ranks, so they must agree)."""
