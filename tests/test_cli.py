@@ -474,7 +474,7 @@ def test_experiment_plan_counts_done_stale_and_missing(tmp_path, capsys):
                          f"missing; one commit")
     first, second = sorted(tmp_path.rglob("*.json"))[:2]
     rec = json.loads(first.read_text())
-    rec["run_config"]["lr"] *= 2  # no longer the declared point
+    rec["train_config"]["lr"] *= 2  # no longer the declared point
     first.write_text(json.dumps(rec))
     second.write_text("{ half a record")
     lines = plan()

@@ -82,12 +82,12 @@ def test_smoke_runs_and_resume(tmp_path, capsys):
     assert "done, skipped" in out and "prediction:" in out
     for p in files:
         rec = json.loads(p.read_text())
-        for key in ("git_commit", "model_config", "run_config", "seed",
+        for key in ("git_commit", "model_config", "train_config", "seed",
                     "train_loss", "grad_norm", "val_steps", "val_loss",
                     "final", "wall_s", "machine"):
             assert key in rec, key
-        assert rec["smoke"] is True
-        assert rec["val_steps"][-1] == rec["run_config"]["steps"]
+        assert rec["smoke"] is True and "run_config" not in rec
+        assert rec["val_steps"][-1] == rec["train_config"]["steps"]
     e4 = [json.loads(p.read_text()) for p in smoke.glob("E4/*.json")]
     for rec in e4:
         learned = rec["value"] == "learned"
@@ -116,7 +116,7 @@ def test_a_record_is_reused_only_if_it_matches_the_declaration(tmp_path,
     assert not record_matches(rec, real, rec["stratum"], rec["value"])
     # a record from another configuration, and one from a smoke run,
     # placed where the runner looks: both are rerun, not reused
-    changed = dict(rec, run_config={**rec["run_config"], "lr": 0.5})
+    changed = dict(rec, train_config={**rec["train_config"], "lr": 0.5})
     files[0].write_text(json.dumps(changed))
     unflagged = json.loads(files[1].read_text())
     unflagged["smoke"] = False
@@ -135,6 +135,37 @@ def test_a_record_is_reused_only_if_it_matches_the_declaration(tmp_path,
     for exp_id, real in EXPERIMENTS.items():  # the committed records
         have, n = count_records(real, ROOT)
         assert 0 <= have <= n == len(real.points()), exp_id
+
+
+def test_records_of_the_old_form_are_read_under_todays_names(tmp_path):
+    """A record written before the training configuration had one name
+    stores it as "run_config": read_record gives it under "train_config"
+    (LEGACY_RECORD_KEYS, the one mapping), so the runner and --plan count
+    it done and never rewrite it, and an old-form record of another
+    configuration is still stale."""
+    from transformer.experiments import (LEGACY_RECORD_KEYS, count_records,
+                                         read_record, records_dir)
+    assert LEGACY_RECORD_KEYS == {"run_config": "train_config"}
+    exp = EXPERIMENTS["E5"].smoke()
+    run_experiment(exp, tmp_path, log=lambda s: None)
+    files = sorted(records_dir("E5", tmp_path, smoke=True).glob("*.json"))
+    new = [json.loads(p.read_text()) for p in files]
+    for p, rec in zip(files, new):  # each rewritten in the old form
+        p.write_text(json.dumps({("run_config" if k == "train_config"
+                                  else k): v for k, v in rec.items()}))
+    old = [p.read_text() for p in files]
+    assert all('"run_config"' in t and '"train_config"' not in t
+               for t in old)
+    assert [read_record(p) for p in files] == new  # keys in their order
+    assert count_records(exp, tmp_path) == (len(files), len(files))
+    log = []
+    run_experiment(exp, tmp_path, log=log.append)
+    assert sum("done, skipped" in m for m in log) == len(files)
+    assert [p.read_text() for p in files] == old  # never rewritten
+    changed = json.loads(old[0])
+    changed["run_config"]["lr"] = 0.5
+    files[0].write_text(json.dumps(changed))
+    assert count_records(exp, tmp_path) == (len(files) - 1, len(files))
 
 
 def test_token_budget_fixed():
@@ -174,7 +205,7 @@ def test_runs_use_the_one_training_loop_and_evaluator(data):
     assert other["train_loss"] != runs[0]["train_loss"]
     rec = runs[0]
     assert rec["val_steps"] == [0, 2, 3] and not rec["diverged"]
-    assert rec["run_config"] == dataclasses.asdict(cfg)
+    assert rec["train_config"] == dataclasses.asdict(cfg)
     f = rec["final"]
     assert math.isclose(f["val_loss_2x"], (f["val_loss_2x_head"]
                                            + f["val_loss_2x_tail"]) / 2,
@@ -221,8 +252,10 @@ def test_summary_rows():
 
 
 def _committed(exp_id):
-    return [json.loads(p.read_text())
-            for p in sorted((ROOT / exp_id).glob("*.json"))]
+    """The committed records of `exp_id` as the runner reads them
+    (read_record: keys under today's names, LEGACY_RECORD_KEYS)."""
+    from transformer.experiments import read_record
+    return [read_record(p) for p in sorted((ROOT / exp_id).glob("*.json"))]
 
 
 def _bridges(exp_id):
@@ -294,14 +327,14 @@ def test_committed_records_complete_and_from_one_revision(exp):
         assert json.loads(json.dumps(dataclasses.asdict(GPTConfig(
             **r["model_config"])))) == json.loads(json.dumps(
                 dataclasses.asdict(mc)))
-        run = dict(r["run_config"])
+        run = dict(r["train_config"])
         retired = {k: run.pop(k) for k in RETIRED_RUN_FIELDS if k in run}
         assert retired == {k: RETIRED_RUN_FIELDS[k] for k in retired}
         assert run == json.loads(json.dumps(dataclasses.asdict(rc)))
         # the hash of what the record stores; with no retired field that
         # is config_hash(mc, rc), since both configurations equal it
         assert r["config_hash"] == config_hash(r["model_config"],
-                                               r["run_config"])
+                                               r["train_config"])
         assert r["reference"]["bigram"] < r["reference"]["unigram"]
         assert r["tokens"] == rc.steps * rc.batch_size * mc.block_size
 
@@ -397,7 +430,7 @@ def test_a_record_reproduces_its_first_logged_losses(exp):
               if _hashable(r["stratum"]) == stratum
               and r["value"] == value and r["seed"] == seed]
     mc = GPTConfig(**rec["model_config"])
-    run = {k: v for k, v in rec["run_config"].items()
+    run = {k: v for k, v in rec["train_config"].items()
            if k not in RETIRED_RUN_FIELDS}  # checked above
     cfg = TrainConfig(**run)
     tok, train_ids, val_ids = token_stream(mc.vocab_size)
@@ -706,7 +739,7 @@ def test_split_evaluation_scores_model_and_references_on_one_text(data):
         assert ref[k] == pytest.approx(want[k], abs=1e-12)
     assert ref["ngram"] < ref["bigram"] - 0.5 < ref["unigram"] - 1.0
     model = init_model(GPTConfig(**rec["model_config"]), 0)
-    train(model, train_ids, val_ids, TrainConfig(**rec["run_config"]))
+    train(model, train_ids, val_ids, TrainConfig(**rec["train_config"]))
     got = heldout_losses(model, val_ids, 32, 256, None).mean().item()
     assert rec["final"]["val_loss"] == pytest.approx(got, abs=1e-9)
     assert rec["final"]["below_ngram"] == pytest.approx(

@@ -71,10 +71,11 @@ def test_presets_build_and_have_the_promised_sizes():
     from transformer.model import gpt_param_count
     source = Path(training_module.__file__).read_text()
     for name in PRESETS:
-        model_cfg, train_cfg = configs_from(name)
-        counted = GPT(model_cfg).n_params()
-        assert counted == gpt_param_count(model_cfg)
-        tokens = train_cfg.steps * train_cfg.batch_size * model_cfg.block_size
+        model_config, train_config = configs_from(name)
+        counted = GPT(model_config).n_params()
+        assert counted == gpt_param_count(model_config)
+        tokens = (train_config.steps * train_config.batch_size
+                  * model_config.block_size)
         stated = re.search(rf"# ([\d,]+) parameters, ([\d,]+) tokens[^\n]*\n"
                            rf"[^\n]*\n?\s*\"{name}\"", source)
         assert stated, f"preset {name!r} states no size"

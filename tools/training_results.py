@@ -137,19 +137,20 @@ def run_shuffled(args) -> dict:
 def run_bigram(args) -> dict:
     tok, train_ids, val_ids = token_stream(1024)
     from transformer.cli_options import parse_overrides
-    model_cfg, train_cfg = configs_from("tiny", parse_overrides(args.set))
-    T = model_cfg.block_size
+    model_config, train_config = configs_from("tiny",
+                                              parse_overrides(args.set))
+    T = model_config.block_size
     n = (len(val_ids) - 1) // T
-    counts = bigram_counts(train_ids, model_cfg.vocab_size)
+    counts = bigram_counts(train_ids, model_config.vocab_size)
     # the bigram scored on exactly the targets the transformer is scored on
     bigram = bigram_loss(counts, val_ids[:n * T + 1], ALPHA)
     out = {"alpha": ALPHA, "bigram_val_loss": bigram, "val_targets": n * T,
-           "model_config": model_cfg.__dict__,
-           "train_config": train_cfg.__dict__, "seeds": {}}
+           "model_config": model_config.__dict__,
+           "train_config": train_config.__dict__, "seeds": {}}
     for seed in args.seeds:
         t0 = time.perf_counter()
-        cfg = TrainConfig(**{**train_cfg.__dict__, "seed": seed})
-        model = init_model(model_cfg, seed)
+        cfg = TrainConfig(**{**train_config.__dict__, "seed": seed})
+        model = init_model(model_config, seed)
         hist = train(model, train_ids, val_ids, cfg, callback=_report)
         full = evaluate(model, val_ids, T, 32, None)
         out["seeds"][str(seed)] = {
@@ -223,34 +224,34 @@ def run_preset_time(args) -> dict:
     tok, train_ids, val_ids = token_stream(1024)
     out = {}
     for name, steps in (("tiny", 8), ("small", 3)):
-        model_cfg, train_cfg = configs_from(name)
-        cfg = TrainConfig(**{**train_cfg.__dict__, "steps": steps,
+        model_config, train_config = configs_from(name)
+        cfg = TrainConfig(**{**train_config.__dict__, "steps": steps,
                              "warmup_steps": 1, "eval_batches": 1})
-        model = init_model(model_cfg, 0)
+        model = init_model(model_config, 0)
         hist = train(model, train_ids, val_ids, cfg)
         per_step = hist["cpu_s"] / steps  # includes one small evaluation
         out[name] = {"steps_timed": steps, "cpu_s": hist["cpu_s"],
                      "wall_s": hist["wall_s"], "cpu_s_per_step": per_step,
-                     "preset_steps": train_cfg.steps,
-                     "preset_cpu_minutes": per_step * train_cfg.steps / 60}
+                     "preset_steps": train_config.steps,
+                     "preset_cpu_minutes": per_step * train_config.steps / 60}
         print(f"{name}: {per_step:.2f} CPU s/step -> "
               f"{out[name]['preset_cpu_minutes']:.1f} CPU min", flush=True)
     # the wall time of tiny with two threads, the machine's whole width
-    model_cfg, train_cfg = configs_from("tiny")
-    cfg = TrainConfig(**{**train_cfg.__dict__, "steps": 16,
+    model_config, train_config = configs_from("tiny")
+    cfg = TrainConfig(**{**train_config.__dict__, "steps": 16,
                          "warmup_steps": 1, "eval_batches": 1})
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        train(init_model(model_cfg, 0), train_ids, val_ids,
+        train(init_model(model_config, 0), train_ids, val_ids,
               TrainConfig(**{**cfg.__dict__, "steps": 2}))  # warm-up
-        hist = train(init_model(model_cfg, 0), train_ids, val_ids, cfg)
+        hist = train(init_model(model_config, 0), train_ids, val_ids, cfg)
     finally:
         torch.set_num_threads(before)
     per_step = hist["wall_s"] / cfg.steps
     out["tiny"].update(wall_s_per_step_2_threads=per_step,
                        preset_wall_minutes_2_threads=(
-                           per_step * train_cfg.steps / 60),
+                           per_step * train_config.steps / 60),
                        loadavg=list(os.getloadavg()))
     print(f"tiny, 2 threads: {per_step:.3f} s/step -> "
           f"{out['tiny']['preset_wall_minutes_2_threads']:.1f} min",
@@ -260,11 +261,11 @@ def run_preset_time(args) -> dict:
 
 def run_tiny(args) -> dict:
     """The `tiny` preset exactly as `python -m transformer train` runs it."""
-    model_cfg, train_cfg = configs_from("tiny")
-    _, train_ids, val_ids = token_stream(model_cfg.vocab_size)
+    model_config, train_config = configs_from("tiny")
+    _, train_ids, val_ids = token_stream(model_config.vocab_size)
     t0 = time.perf_counter()
-    model = init_model(model_cfg, train_cfg.seed)
-    hist = train(model, train_ids, val_ids, train_cfg)
+    model = init_model(model_config, train_config.seed)
+    hist = train(model, train_ids, val_ids, train_config)
     return {"preset": PRESETS["tiny"], "history": hist,
             "wall_s": time.perf_counter() - t0}
 

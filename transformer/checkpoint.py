@@ -359,8 +359,8 @@ def resumed_configs(ckpt: dict, overrides: dict, path) -> tuple:
     ValueError in the command line's words otherwise. Appendix
     "Checkpoints"."""
     from transformer.training import TrainConfig
-    model_cfg = config_from_checkpoint(ckpt, path)
-    check_weights_fit(model_cfg, ckpt["model"])  # before any allocation
+    model_config = config_from_checkpoint(ckpt, path)
+    check_weights_fit(model_config, ckpt["model"])  # before any allocation
     fixed = sorted(set(overrides) - set(RESUMABLE_FIELDS))
     if fixed:
         raise ValueError(f"--set {fixed[0]}: a resumed run keeps the "
@@ -378,7 +378,7 @@ def resumed_configs(ckpt: dict, overrides: dict, path) -> tuple:
                          f"extend it with --set steps=N, N > "
                          f"{ckpt['step']}")
     try:
-        train_cfg = TrainConfig(**{**ckpt["train_config"], **overrides})
+        train_config = TrainConfig(**{**ckpt["train_config"], **overrides})
     except TypeError as err:
         raise ValueError(f"checkpoint: {str(path)!r} has a train_config "
                          f"this TrainConfig does not take ({err})") from None
@@ -386,7 +386,7 @@ def resumed_configs(ckpt: dict, overrides: dict, path) -> tuple:
             ckpt["rng"]):
         raise ValueError(f"--resume: {str(path)!r} lacks the optimizer or "
                          f"generator state a run is resumed from")
-    return model_cfg, train_cfg
+    return model_config, train_config
 
 
 def config_from_checkpoint(ckpt: dict, path="checkpoint") -> GPTConfig:

@@ -190,15 +190,15 @@ def _run_configs(args, path: Path, overrides: dict):
             raise ValueError("--preset: a resumed run takes its "
                              "configuration from the checkpoint")
         ckpt = ck.load_checkpoint(path)
-        model_cfg, train_cfg = ck.resumed_configs(ckpt, overrides, path)
+        model_config, train_config = ck.resumed_configs(ckpt, overrides, path)
     elif path.exists() and not args.force:
         raise ValueError(f"--checkpoint: {str(path)!r} exists; pass "
                          f"--resume to continue that run, or --force to "
                          f"start a new one and replace it")
     else:
-        model_cfg, train_cfg = tr.configs_from(args.preset or "tiny",
-                                               overrides)
-    return ckpt, model_cfg, train_cfg
+        model_config, train_config = tr.configs_from(
+            args.preset or "tiny", overrides)
+    return ckpt, model_config, train_config
 
 
 def run_train(args) -> int:
@@ -273,30 +273,30 @@ def _train_locked(args, device, overrides: dict, path: Path, log) -> int:
     """run_train's work, while this process holds the checkpoint's lock."""
     import transformer.checkpoint as ck
     import transformer.training as tr
-    ckpt, model_cfg, train_cfg = _run_configs(args, path, overrides)
+    ckpt, model_config, train_config = _run_configs(args, path, overrides)
     tokenizer, train_ids, val_ids, data = _training_data(
-        args.data, model_cfg.vocab_size, ckpt)
+        args.data, model_config.vocab_size, ckpt)
     _check_log_is_not_data(log, args.data, data)
-    T = train_cfg.seq_len or model_cfg.block_size
+    T = train_config.seq_len or model_config.block_size
     if min(len(train_ids), len(val_ids)) <= T:
         raise ValueError(f"--data: {_text_label(data)} gives "
                          f"{len(train_ids)} training and {len(val_ids)} "
                          f"held-out tokens; windows of {T} tokens need "
                          f"more of each (a longer text, or a smaller "
                          f"--set block_size)")
-    _check_step_memory(model_cfg, train_cfg.batch_size, T, device)
+    _check_step_memory(model_config, train_config.batch_size, T, device)
     for stale in ck.remove_stale_temporaries(path):
         print(f"removed {stale}, left by a write that was killed",
               file=sys.stderr)
-    model = tr.init_model(model_cfg, train_cfg.seed).to(device)
+    model = tr.init_model(model_config, train_config.seed).to(device)
     what = (f"resuming {path} from step {ckpt['step']} of "
-            f"{train_cfg.steps}" if ckpt else
-            f"new run, {path}: {train_cfg.steps} steps")
+            f"{train_config.steps}" if ckpt else
+            f"new run, {path}: {train_config.steps} steps")
     print(f"{what}; {model.n_params():,} parameters, batches of "
-          f"{train_cfg.batch_size} x {T} tokens of {_text_label(data)}, "
+          f"{train_config.batch_size} x {T} tokens of {_text_label(data)}, "
           f"on {device}", file=sys.stderr)
     try:
-        hist = tr.train(model, train_ids, val_ids, train_cfg, path,
+        hist = tr.train(model, train_ids, val_ids, train_config, path,
                         resume=ckpt is not None,
                         progress=not args.no_progress, tokenizer=tokenizer,
                         data=data, compile=args.compile)

@@ -58,7 +58,7 @@ RECIPE = {"eval_batches": 4, "eval_seed": EVAL_SEED, "beta2": 0.999,
 
 
 _MODEL_FIELDS = set(GPTConfig.__dataclass_fields__)
-_RUN_FIELDS = set(TrainConfig.__dataclass_fields__) - {"seed"}
+_TRAIN_FIELDS = set(TrainConfig.__dataclass_fields__) - {"seed"}
 # what run_point measures beyond the loss when a declaration asks
 _EXTRAS = ("long_context", "init_grads", "grads_step10", "attn_entropy",
            "per_byte")
@@ -72,7 +72,7 @@ def _check_experiment(exp) -> None:
     """ValueError naming the field of an Experiment at fault."""
     if not re.fullmatch(r"E\d+", exp.id):
         raise ValueError(f"id: expected 'E' and a number, got {exp.id!r}")
-    known = _MODEL_FIELDS | _RUN_FIELDS
+    known = _MODEL_FIELDS | _TRAIN_FIELDS
     for name in (exp.variable, *_stratum_names(exp)):
         if name not in known:
             raise ValueError(f"variable: expected a GPTConfig or "
@@ -106,7 +106,7 @@ def _check_experiment(exp) -> None:
     if unknown:
         raise ValueError(f"extras: expected names from {_EXTRAS}, "
                          f"got {sorted(unknown)}")
-    bad = (set(exp.model) - _MODEL_FIELDS) | (set(exp.run) - _RUN_FIELDS)
+    bad = (set(exp.model) - _MODEL_FIELDS) | (set(exp.run) - _TRAIN_FIELDS)
     if bad:
         raise ValueError(f"model: unknown fields {sorted(bad)}")
     for value, arm in exp.overrides.items():
@@ -129,8 +129,8 @@ class Experiment:
     prediction: str
     falsifier: str
     seeds: tuple = (0, 1, 2)
-    model: dict = field(default_factory=dict)
-    run: dict = field(default_factory=dict)
+    model: dict = field(default_factory=dict)  # GPTConfig fields
+    run: dict = field(default_factory=dict)  # TrainConfig fields
     stratum: str | None = None
     strata: tuple = (None,)
     extras: tuple = ()
@@ -161,14 +161,14 @@ class Experiment:
         """The configurations of one point and seed: RECIPE, `run`, the
         stratum and variable, then the arm's `overrides`; ValueError on an
         inconsistent combination, as the dataclasses raise."""
-        m = {"vocab_size": self.vocab_size, **self.model}
-        r = {**RECIPE, **self.run, "seed": seed}
+        model = {"vocab_size": self.vocab_size, **self.model}
+        train = {**RECIPE, **self.run, "seed": seed}
         pairs = [*_stratum_pairs(self, stratum), (self.variable, value),
                  *self.overrides.get(value, {}).items()]
         for name, v in pairs:
             if name is not None:
-                (m if name in _MODEL_FIELDS else r)[name] = v
-        return GPTConfig(**m), TrainConfig(**r)
+                (model if name in _MODEL_FIELDS else train)[name] = v
+        return GPTConfig(**model), TrainConfig(**train)
 
     def smoke(self) -> "Experiment":
         """A seconds-long version: _smoke_experiment."""
@@ -261,10 +261,10 @@ def records_dir(exp_id: str, root: Path | None = None,
 def record_matches(rec: dict, exp, stratum, value, seed: int = 0) -> bool:
     """Whether an existing record is what the runner would write for this
     grid point now: the same smoke flag and, for a grid, the same model
-    and run configuration (compared as JSON writes them; a field newer
-    than the record matches if it holds its default). A record that
-    differs is stale: the runner reruns its point instead of reusing it.
-    """
+    and training configuration (compared as JSON writes them; a field
+    newer than the record matches if it holds its default). `rec` as
+    read_record returns it. A record that differs is stale: the runner
+    reruns its point instead of reusing it."""
     if bool(rec.get("smoke", False)) != exp.is_smoke:
         return False
     if isinstance(exp, Probe):  # its measurement, by name and source
@@ -274,7 +274,7 @@ def record_matches(rec: dict, exp, stratum, value, seed: int = 0) -> bool:
         return have == probe_config(exp)
     if rec.get("eval_text", "batches") != exp.eval_text:
         return False
-    for key, config in zip(("model_config", "run_config"),
+    for key, config in zip(("model_config", "train_config"),
                            exp.configs(stratum, value, seed)):
         have = rec.get(key)
         if not isinstance(have, dict):
@@ -289,11 +289,23 @@ def record_matches(rec: dict, exp, stratum, value, seed: int = 0) -> bool:
     return True
 
 
+# a record's keys under the names they had when it was written, mapped
+# to today's: records made before the training configuration had one
+# name (its class's, TrainConfig -> "train_config") stored it as
+# "run_config". The files are never rewritten; they are read through this.
+LEGACY_RECORD_KEYS = {"run_config": "train_config"}
+
+
 def read_record(path: Path) -> dict | None:
+    """The record at `path` with its keys under today's names
+    (LEGACY_RECORD_KEYS), or None if it cannot be read."""
     try:
-        return json.loads(path.read_text())
+        rec = json.loads(path.read_text())
     except (OSError, ValueError):
         return None  # unreadable: rerun the point
+    if not isinstance(rec, dict):
+        return None
+    return {LEGACY_RECORD_KEYS.get(k, k): v for k, v in rec.items()}
 
 
 def plan_points(exp, root: Path | None = None) -> dict:

@@ -54,6 +54,8 @@ def config_hash(mc: GPTConfig | dict, cfg: TrainConfig | dict) -> str:
     records with one hash were trained from the same full recipe. Either
     may be given as the dict a record stores."""
     as_dict = (lambda c: c if isinstance(c, dict) else asdict(c))
+    # "run" inside the hashed text is the training configuration's old
+    # name, kept: renaming it would change the hash of every recipe
     text = json.dumps({"model": as_dict(mc), "run": as_dict(cfg)},
                       sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -71,7 +73,7 @@ def _new_record(exp, stratum, value, seed: int, mc, cfg,
             "reference": {k: reference[k] for k in (
                 "unigram", "bigram", "alpha", "ngram", "ngram_order",
                 "n_targets") if k in reference},
-            "model_config": asdict(mc), "run_config": asdict(cfg),
+            "model_config": asdict(mc), "train_config": asdict(cfg),
             "n_params": model.n_params(),
             "tokens": cfg.steps * cfg.batch_size * mc.block_size,
             "machine": environment()}

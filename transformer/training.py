@@ -674,12 +674,14 @@ def configs_from(preset: str, overrides: dict | None = None
         # a shorter run keeps the preset's warmup only if it fits
         train_kw["warmup_steps"] = min(train_kw["warmup_steps"],
                                        max(train_kw["steps"], 1))
-    model_cfg, train_cfg = GPTConfig(**model_kw), TrainConfig(**train_kw)
-    if (train_cfg.seq_len is not None
-            and train_cfg.seq_len > model_cfg.block_size):
+    model_config = GPTConfig(**model_kw)
+    train_config = TrainConfig(**train_kw)
+    if (train_config.seq_len is not None
+            and train_config.seq_len > model_config.block_size):
         raise ValueError(f"seq_len: expected <= the model's block_size = "
-                         f"{model_cfg.block_size}, got {train_cfg.seq_len}")
-    return model_cfg, train_cfg
+                         f"{model_config.block_size}, "
+                         f"got {train_config.seq_len}")
+    return model_config, train_config
 
 
 def init_model(config: GPTConfig, seed: int) -> GPT:
