@@ -168,6 +168,11 @@ def test_decode_step_bytes_rejects_bad_arguments():
 
 
 def test_matches_hugging_face_gpt2_with_its_cache():
+    """Greedy generation equals Hugging Face's own, token for token; so
+    does oracles.hf_greedy_stream, which tools/bench_kv_cache.py's
+    lockstep (shared by the roofline benchmark) times against the
+    package's decode_stream: n - 1 step times each, the same tokens."""
+    import bench_kv_cache  # tools/, on sys.path via the root conftest.py
     hf = oracles.hf_gpt2(GPTConfig(vocab_size=97, block_size=64, n_embd=32,
                                    n_layer=2, n_head=4))
     ours = GPT.from_hf_gpt2(hf).eval()
@@ -177,30 +182,12 @@ def test_matches_hugging_face_gpt2_with_its_cache():
         ref = hf.generate(idx, max_new_tokens=30, do_sample=False,
                           use_cache=True, pad_token_id=0,
                           attention_mask=torch.ones_like(idx))
+        theirs = list(oracles.hf_greedy_stream(hf, idx, 30))
+        ta, tb, same = bench_kv_cache.lockstep(ours, hf, idx, 30)
     got = generate(ours, idx, 30, temperature=0)
     assert torch.equal(got, ref)
-
-
-def test_decode_benchmarks_time_the_package_loop():
-    """tools/bench_kv_cache.py's lockstep (which the roofline benchmark
-    shares) times decode_stream's steps against oracles.hf_greedy_stream,
-    itself Hugging Face's own greedy generation: n - 1 step times each,
-    and the same tokens."""
-    import bench_kv_cache  # tools/, on sys.path via the root conftest.py
-    hf = oracles.hf_gpt2(GPTConfig(vocab_size=97, block_size=64, n_embd=32,
-                                   n_layer=2, n_head=4))
-    ours = GPT.from_hf_gpt2(hf).eval()
-    idx = torch.randint(0, 97, (1, 6),
-                        generator=torch.Generator().manual_seed(7))
-    with torch.no_grad():
-        ref = hf.generate(idx, max_new_tokens=12, do_sample=False,
-                          use_cache=True, pad_token_id=0,
-                          attention_mask=torch.ones_like(idx))
-        theirs = list(oracles.hf_greedy_stream(hf, idx, 12))
-        ta, tb, same = bench_kv_cache.lockstep(ours, hf, idx, 12)
     assert torch.equal(torch.cat([idx[0], *theirs]), ref[0])
-    assert len(ta) == len(tb) == 11 and same
-    assert min(ta + tb) > 0
+    assert len(ta) == len(tb) == 29 and same and min(ta + tb) > 0
 
 
 def test_cache_rejects_bad_updates():
