@@ -586,8 +586,11 @@ CLAIMS = [
         _seeds(root, "E4") == {5} and len(_arms(root, "E4")) == 5)),
     ("two seeds).", _seed_claim(2, "E14")),
     ("depths 2, 4, 8 and 16, three seeds each", _seed_claim(3, "E6")),
-    ("cannot be decided with\nthree seeds", _seed_claim(3, "E1")),
-    ("at three seeds.", _seed_claim(3, "E1")),
+    ("The verdict on the prediction (no better by more than",
+     "E22's prediction, quoted"),
+    ("without the scale, no better than with it", "E22's prediction, quoted"),
+    ("unscaled is surely better, by", lambda root: (
+        float(_book(root, "15_ablations.e22_d_hi")) < 0)),
     ("Only the unscaled sinusoidal arm missed the bar", lambda root: (
         _below_bar(root, "E4") == {(None, "sinusoidal")})),
     ("The control cleared the bigram bar", lambda root: (
@@ -790,7 +793,7 @@ def test_chapter_tables_match_json():
     in their own chapters."""
     shown = []
     for name in ("15_ablations", "92_runner", "20_speculative",
-                 "21_rope_base"):
+                 "21_rope_base", "19_sliding_window"):
         nb = json.loads((ROOT / "book" / f"{name}.ipynb").read_text())
         shown += [block for c in nb["cells"] for o in c.get("outputs", [])
                   if "text/markdown" in o.get("data", {})

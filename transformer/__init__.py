@@ -247,6 +247,7 @@ _WHERE = {  # public name -> module defining it
     "target_met": "verdicts",
     "seeds_needed": "ablations",
     "measure_rope_base": "ablations",
+    "measure_long_context": "ablations",
     "measure_overfit": "probes",
     "measure_unpredictable_targets": "probes",
     "measure_decode_latency": "probes",
