@@ -213,8 +213,6 @@ ALLOW = [  # settings, thresholds and definitions the report states
      'a declared setting of a model, budget or task, not a measurement'),
     ('the smallest effect of interest $\\delta$ (0.02 nats',
      "the decided reruns' declared delta (ablations.DELTA), a setting"),
-    ('Feed-forward ratio (E3)**, at twice the budget: the prediction is',
-     'a declared setting in words (budget, arms, depth), not a measurement'),
     ('warm-up minus 50 steps is',
      'a declared setting of a model, budget or task, not a measurement'),
     ('rate of $10^{-2}$ and',
