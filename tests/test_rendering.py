@@ -216,3 +216,27 @@ def test_every_figure_is_referenced_from_its_chapters_prose():
                if f"{{numref}}`{name}`" not in
                (Paths.CHAPTERS / f"{chapter}.md").read_text()]
     assert not missing, missing
+
+
+def glued_twice(nb) -> list[str]:
+    """Glue keys recorded by more than one output of a notebook: the book's
+    build (myst-nb) warns on each, and a warning fails the build."""
+    from collections import Counter
+    names = Counter(o.get("metadata", {}).get("scrapbook", {}).get("name")
+                    for cell in nb.cells for o in cell.get("outputs", []))
+    return sorted(k for k, n in names.items() if k and n > 1)
+
+
+def test_no_notebook_glues_a_key_twice():
+    found = {p.name: twice for p in sorted(Paths.BOOK.glob("*.ipynb"))
+             if (twice := glued_twice(nbformat.read(p, as_version=4)))}
+    assert not found, found
+
+
+def test_a_key_glued_twice_is_found():
+    out = {"output_type": "display_data", "data": {},
+           "metadata": {"scrapbook": {"name": "k"}}}
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell(outputs=[out]),
+        nbformat.v4.new_code_cell(outputs=[dict(out)])])
+    assert glued_twice(nb) == ["k"]

@@ -181,6 +181,15 @@ CAPTIONS: dict[str, list[tuple[str, str, str]]] = {
          "(right) temperature scaling: accuracy against mean confidence per "
          "bin, with the diagonal of perfect calibration."),
     ],
+    "19_sliding_window": [
+        ("import matplotlib.pyplot as plt\n\nn = 16 * T", "fig-e36-long-context",
+         "Left: held-out loss against the position in a 1,024-byte window "
+         "for each arm of E36 (mean over seeds, bins doubling in width); "
+         "every model was trained on positions 0-63 (dotted line). Right: "
+         "loss on positions 256-1023 (filled) and on the late trained "
+         "positions 32-63 (hollow) against forward FLOPs per token at that "
+         "length."),
+    ],
     "21_rope_base": [
         ("import matplotlib.pyplot as plt", "fig-rope-base-positions",
          "Held-out loss against the position in a 256-byte window for each "

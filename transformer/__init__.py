@@ -222,6 +222,7 @@ _WHERE = {  # public name -> module defining it
     "records_dir": "experiments",
     "record_matches": "experiments",
     "read_record": "experiments",
+    "today_keys": "experiments",
     "plan_points": "experiments",
     "count_records": "experiments",
     "run_experiment": "experiments",

@@ -14,6 +14,7 @@ __all__ = [
     "records_dir",
     "record_matches",
     "read_record",
+    "today_keys",
     "plan_points",
     "count_records",
     "run_experiment",
@@ -305,6 +306,11 @@ def read_record(path: Path) -> dict | None:
         return None  # unreadable: rerun the point
     if not isinstance(rec, dict):
         return None
+    return today_keys(rec)
+
+
+def today_keys(rec: dict) -> dict:
+    """A record with its keys under today's names (LEGACY_RECORD_KEYS)."""
     return {LEGACY_RECORD_KEYS.get(k, k): v for k, v in rec.items()}
 
 
@@ -395,9 +401,10 @@ def run_experiment(exp: Experiment, root: Path | None = None,
 def load_runs(exp_id: str, root: Path | None = None,
               smoke: bool = False) -> list[dict]:
     """Every JSON record under records_dir(exp_id, root, smoke), sorted
-    by file name."""
+    by file name, its keys under today's names (today_keys)."""
     out = records_dir(exp_id, root, smoke)
-    return [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
+    return [today_keys(json.loads(p.read_text()))
+            for p in sorted(out.glob("*.json"))]
 
 
 def _record_value(rec: dict, metric: str):
