@@ -65,8 +65,10 @@ def kernel_env() -> dict[str, str]:
 
 # Figures at twice their pixel density, shown at the same size (the PNG's
 # width and height travel in the output's metadata): sharp on a HiDPI screen,
-# the page's layout unchanged. nbval does not compare images, so a kernel
-# started without this (pytest's) compares the same outputs.
+# the page's layout unchanged. nbval does not compare image/* outputs, and a
+# glued figure's PNG (papermill's record type, which it would compare) is masked
+# by tests/nbval_sanitize.cfg, so a kernel started without this (pytest's)
+# compares the same outputs.
 KERNEL_ARGS = ["--InlineBackend.figure_formats=retina"]
 
 

@@ -23,7 +23,7 @@ def _print_plan(exps, root: Path, items=()) -> int:
     its first run), plus the declared minutes of every missing item."""
     from transformer.bridges import joined_revisions, read_bridges
     from transformer.experiments import plan_points
-    from transformer.reproduce import item_state
+    from transformer.reproduce import item_minutes, item_state
     left_s, unknown, stale_items = 0.0, [], 0
     for exp in exps:
         p = plan_points(exp, root)
@@ -44,10 +44,11 @@ def _print_plan(exps, root: Path, items=()) -> int:
               f"{p['stale']} stale, {p['missing']} missing; {rev}")
     for item in items:
         state, detail = item_state(item, root.parent)
-        left_s += 60 * item.minutes if state == "missing" else 0.0
+        minutes = item_minutes(item, root.parent)
+        left_s += (60 * float(minutes) if state == "missing"
+                   and minutes != "?" else 0.0)
         stale_items += state == "stale"
-        print(f"{item.name:<20} {state} ({detail}); about "
-              f"{item.minutes:g} min")
+        print(f"{item.name:<20} {state} ({detail}); about {minutes} min")
     print(f"left: about {left_s / 3600:.1f} core-hours"
           + (f", plus {', '.join(unknown)} (not started: no estimate)"
              if unknown else "")
@@ -108,12 +109,14 @@ def _print_list(exps, root: Path, items) -> int:
     recorded, then each item with its command and how many of its files
     exist."""
     from transformer.experiments import count_records
+    from transformer.reproduce import item_minutes
     for exp in exps:
         have, n = count_records(exp, root)
         print(f"{exp.id:<4} {exp.title} ({have}/{n} runs)")
     for item in items:
         have = sum(not (root.parent / o).is_file() for o in item.outputs)
-        print(f"{item.name:<20} about {item.minutes:g} min: python "
+        print(f"{item.name:<20} about {item_minutes(item, root.parent)} min: "
+              "python "
               + " && python ".join(item.commands)
               + f" ({len(item.outputs) - have}/{len(item.outputs)} files)")
     return 0
@@ -123,10 +126,12 @@ def _print_show(exps, items) -> int:
     """`experiment ID --show`: each point's resolved configuration
     (describe_points), then each item's commands, files and needs."""
     from transformer.experiments import describe_points
+    from transformer.reproduce import item_minutes
     for exp in exps:
         print(describe_points(exp))
     for item in items:
-        print(f"{item.name}: about {item.minutes:g} min ({item.source})\n"
+        print(f"{item.name}: about {item_minutes(item)} min "
+              f"({item.source})\n"
               + "".join(f"  python {c}\n" for c in item.commands)
               + "  writes: " + ", ".join(item.outputs)
               + (f"\n  needs: {', '.join(item.needs)}" if item.needs

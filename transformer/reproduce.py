@@ -17,6 +17,7 @@ __all__ = [
     "relocatable",
     "run_item",
     "recorded_minutes",
+    "item_minutes",
 ]
 
 
@@ -36,13 +37,15 @@ class Item:
     under the checkout's results/, and runs only against it). `outputs`:
     the files it writes, under the results folder. `minutes`: its
     expected wall time, and `source` where that number comes from (a key
-    of its files, or the text that states it). `needs`: items whose files
+    of its files, or the text that states it); None where the number is
+    its files' own, read by `item_minutes` when asked (the execution
+    record, which every executed chapter rewrites). `needs`: items whose files
     it reads. `last`: it waits for every grid point and every other item.
     Section "Everything else the book reads"."""
     name: str
     commands: tuple[str, ...]
     outputs: tuple[str, ...]
-    minutes: float
+    minutes: float | None
     source: str
     needs: tuple[str, ...] = ()
     last: bool = False
@@ -119,7 +122,7 @@ REPRODUCE = {item.name: item for item in (
          ("tokenizer/real_vocab.json",), 1.6, "wall_s, every run"),
     Item("book-numbers", ("tools/literate.py execute",
                           "tools/book_numbers.py"),
-         ("report/book_numbers.json",), 9.6, "the execution record",
+         ("report/book_numbers.json",), None, "the execution record",
          last=True),
 )}
 
@@ -252,7 +255,10 @@ def recorded_minutes(item: Item, results: Path) -> float | None:
     rule its `source` names; None where they record none."""
     key = item.source
     if key == "the execution record":
-        rec = json.loads((results / "notebook_execution.json").read_text())
+        path = results / "notebook_execution.json"
+        if not path.is_file():
+            return None
+        rec = json.loads(path.read_text())
         return sum(v["seconds"] for v in rec["notebooks"].values()) / 60
     recs = [json.loads((results / out).read_text())
             for out in item.outputs if out.endswith(".json")]
@@ -263,3 +269,13 @@ def recorded_minutes(item: Item, results: Path) -> float | None:
     if key == "time_utc, start to end":
         return sum(map(_utc_span, recs)) / 60
     return None
+
+
+def item_minutes(item: Item, results: Path | None = None) -> str:
+    """The item's expected minutes as `--plan`, `--list` and `--show`
+    print them: the declared number, or for an item that declares None the
+    one its record holds ("?" while there is none)."""
+    if item.minutes is not None:
+        return f"{item.minutes:g}"
+    have = recorded_minutes(item, results or checkout_dir() / "results")
+    return "?" if have is None else f"{have:.1f}"
