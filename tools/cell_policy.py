@@ -532,7 +532,7 @@ TABLE.update({
         ('import math\nfrom pathlib import Path', HI),
         ('from transformer.sampling import sample_next', HI),
         ('q_draw = torch.softmax(torch.randn(64, 50, generator=torch.Generator()', HI),
-        ('from transformer import BPETokenizer, load_corpus, train_val_split', HI),
+        ('from transformer import load_corpus, train_val_split', HI),
     ],
     '12_kv_cache': [
         ('import matplotlib.pyplot as plt\nfrom matplotlib.patches import Patch', RI),

@@ -166,15 +166,18 @@ def run_bigram(args) -> dict:
 
 
 def save_trained(model, tok, val_loss, val_ids, cfg) -> None:
-    """results/sampling/{tiny_gpt.pt, tokenizer.bpe, train_tiny.json}:
-    weights in float16 (under 2 MB), its tokenizer and a summary."""
+    """results/sampling/{tiny_gpt.pt, train_tiny.json}: a checkpoint of
+    the book's one format (appendix "Checkpoints") holding the weights in
+    float16 (under 2 MB; they load into float32 exactly) and the
+    tokenizer, and a summary."""
+    import copy
+
+    from transformer.checkpoint import save_checkpoint
     from transformer.data import load_corpus, train_val_split
     root = ROOT / "results" / "sampling"
     root.mkdir(parents=True, exist_ok=True)
-    state = {k: v.half() for k, v in model.state_dict().items()}
-    torch.save({"config": model.config.__dict__, "state_dict": state},
-               root / "tiny_gpt.pt")
-    tok.save(root / "tokenizer.bpe")
+    save_checkpoint(root / "tiny_gpt.pt", copy.deepcopy(model).half(),
+                    step=cfg.steps, train_config=cfg, tokenizer=tok)
     _, val_text = train_val_split(load_corpus())
     record = {"source": "tools/training_results.py bigram, seed 0 (the "
               "tiny preset)", "config": model.config.__dict__,

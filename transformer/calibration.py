@@ -224,26 +224,15 @@ CALIBRATION_WINDOWS = {"n_windows": 128, "window": 128}
 
 
 def load_trained(path):
-    """(model in eval mode, tokenizer) from either checkpoint format: a
-    training checkpoint (chapter "Training"), or the sampling chapter's
-    config and float16 weights with `tokenizer.bpe` beside them. Section
-    "The trained model on held-out text"."""
-    from transformer.model import GPT, GPTConfig
-    from transformer.tokenizer import BPETokenizer
-    from transformer.training import (CHECKPOINT_FORMAT,
-                                      model_from_checkpoint)
-    path = Path(path)
-    raw = torch.load(path, map_location="cpu", weights_only=True)
-    tok = None
-    if raw.get("format") == CHECKPOINT_FORMAT:
-        model, tok, _ = model_from_checkpoint(path)
-    else:  # the sampling chapter's format: config + float16 weights
-        model = GPT(GPTConfig(**raw["config"]))
-        model.load_state_dict({k: v.float()
-                               for k, v in raw["state_dict"].items()})
+    """(model in eval mode, tokenizer) from a checkpoint (appendix
+    "Checkpoints") that holds its tokenizer; ValueError for one that does
+    not. Section "The trained model on held-out text"."""
+    from transformer.checkpoint import model_from_checkpoint
+    model, tok, _ = model_from_checkpoint(path)
     if tok is None:
-        tok = BPETokenizer.load(path.parent / "tokenizer.bpe")
-    return model.eval(), tok
+        raise ValueError(f"checkpoint: {path} holds no tokenizer (save it "
+                         f"with save_checkpoint(..., tokenizer=tok))")
+    return model, tok
 
 
 def heldout_windows(model, tok, n_windows: int = 128, window: int = 128):

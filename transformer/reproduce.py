@@ -58,7 +58,7 @@ _MATMUL = ("tools/bench.py --name matmul_128 --threads 1 --number 10 "
 _TILED = ("-c 'from transformer.tiled import tiled_measurements as m; "
           "m()'")
 _BIGRAM_0 = ("training/bigram-0.json", "sampling/tiny_gpt.pt",
-             "sampling/tokenizer.bpe", "sampling/train_tiny.json")
+             "sampling/train_tiny.json")
 REPRODUCE = {item.name: item for item in (
     Item("failure-e13", ("tools/failure_tests.py e13",),
          ("experiments/failure_tests/E13_mutants.json",), 4.7,
