@@ -170,3 +170,33 @@ def test_timing_parts_compose():
     assert parts["quadratic"]().shape == (1, 4, 12, 4)
     # the linear part on the precomputed attention output is the block
     torch.testing.assert_close(parts["linear"](), out, rtol=0, atol=1e-6)
+
+
+def test_timing_parts_time_the_models_block():
+    """The parts are the model's own block (chapter 06's `Block`, default
+    kernels), not a re-implementation: built with the same seed, the block's
+    forward is the timed 'block', and the timed quadratic part equals
+    PyTorch's fused causal attention on that block's queries, keys and
+    values (an oracle nobody here wrote)."""
+    from transformer.model import Block
+    T, D, H, seed = 40, 32, 4, 7
+    parts = attention_timing_parts(T, n_embd=D, n_head=H, seed=seed)
+    torch.manual_seed(seed)
+    block = Block(GPTConfig(vocab_size=1, block_size=T, n_layer=1,
+                            n_head=H, n_embd=D)).eval()
+    assert block.attn.fused  # the default model's kernel is what is timed
+    x = torch.randn(1, T, D, generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        torch.testing.assert_close(parts["block"](), block(x), rtol=0,
+                                   atol=0)
+        q, k, v = block.attn.qkv(block.ln_1(x))
+        want = torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, is_causal=True)
+    torch.testing.assert_close(parts["quadratic"](), want, rtol=0,
+                               atol=1e-6)
+    # the caller's global generator is left as it was
+    torch.manual_seed(0)
+    before = torch.rand(3)
+    torch.manual_seed(0)
+    attention_timing_parts(8, n_embd=16, n_head=2, seed=1)
+    torch.testing.assert_close(torch.rand(3), before, rtol=0, atol=0)

@@ -106,8 +106,19 @@ def test_atomic_write_is_whole_or_nothing(tmp_path, monkeypatch):
     assert [p.name for p in target.parent.iterdir()] == ["x.json"]
     corpus_data.atomic_write(target, b"new\n")
     assert target.read_bytes() == b"new\n"
-    with pytest.raises(ValueError, match="data: expected str or bytes"):
+    with pytest.raises(ValueError, match="data: expected str, bytes or a "
+                       "function"):
         corpus_data.atomic_write(target, 3)
+    # a writer function that fails half-way leaves the file as it was
+    def half(f):
+        f.write(b"half a fi")
+        raise RuntimeError("crash mid-write")
+    with pytest.raises(RuntimeError, match="crash mid-write"):
+        corpus_data.atomic_write(target, half)
+    assert target.read_bytes() == b"new\n"
+    assert [p.name for p in target.parent.iterdir()] == ["x.json"]
+    corpus_data.atomic_write(target, lambda f: f.write(b"whole\n"))
+    assert target.read_bytes() == b"whole\n"
 
 
 def test_token_stream_survives_a_second_writer(tmp_path, monkeypatch):

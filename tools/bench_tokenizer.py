@@ -44,7 +44,6 @@ import cProfile
 import hashlib
 import tempfile
 import io
-import json
 import platform
 import pstats
 import statistics
@@ -65,6 +64,7 @@ from tokenizers import trainers  # noqa: E402
 from tiktoken.load import load_tiktoken_bpe  # noqa: E402
 
 from transformer import BPETokenizer, load_corpus, train_val_split  # noqa
+from transformer.bench import write_json  # noqa: E402
 from transformer.stats import bootstrap_ci  # noqa: E402
 from transformer.tokenizer import END_OF_TEXT, GPT2_PATTERN  # noqa: E402
 import literate  # noqa: E402
@@ -424,8 +424,7 @@ def main():
         info = meta(corpus)
         result = {"meta": info, "compression": compression(corpus, sizes)}
         result["meta"]["loadavg_end"] = loadavg()
-        (OUT / f"compression{suffix}.json").write_text(
-            json.dumps(result, indent=1))
+        write_json(result, OUT / f"compression{suffix}.json")
 
     if "benchmark" in sections:
         info = meta(corpus)
@@ -442,8 +441,7 @@ def main():
                     corpus)),
         }
         bench["meta"]["loadavg_end"] = loadavg()
-        (OUT / f"benchmark{suffix}.json").write_text(json.dumps(bench,
-                                                                indent=1))
+        write_json(bench, OUT / f"benchmark{suffix}.json")
 
     if "real" in sections:
         info = meta(corpus)
@@ -451,8 +449,7 @@ def main():
             corpus, args.ranks_dir, 3 if args.quick else 9,
             1 if args.quick else 3)}
         real["meta"]["loadavg_end"] = loadavg()
-        (OUT / f"real_vocab{suffix}.json").write_text(json.dumps(real,
-                                                                 indent=1))
+        write_json(real, OUT / f"real_vocab{suffix}.json")
     print("wrote", OUT)
 
 

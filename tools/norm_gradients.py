@@ -10,7 +10,6 @@ Takes about 15 s on one thread. Writes results/norm_gradients/grad_norms.json.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import platform
@@ -24,6 +23,7 @@ from torch import nn
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from transformer.bench import write_json  # noqa: E402
 from transformer.model import GPT, GPTConfig, Linear  # noqa: E402
 
 DEPTHS = [2, 4, 8, 16]
@@ -84,8 +84,7 @@ def main() -> None:
                torch=torch.__version__, python=platform.python_version(),
                loadavg=os.getloadavg(), seconds=round(time.time() - t0, 1))
     path = ROOT / "results" / "norm_gradients" / "grad_norms.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out, indent=1))
+    write_json(out, path)
     print(f"wrote {path.relative_to(ROOT)} in {out['seconds']} s")
 
 

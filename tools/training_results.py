@@ -185,8 +185,7 @@ def save_trained(model, tok, val_loss, val_ids, cfg) -> None:
               "seq": model.config.block_size, "val_loss": val_loss,
               "chars_per_token_val": len(val_text) / len(val_ids),
               "ln_V": math.log(model.config.vocab_size)}
-    (root / "train_tiny.json").write_text(json.dumps(record, indent=1)
-                                          + "\n")
+    write_json(record, root / "train_tiny.json")
 
 
 def _report(step, hist):

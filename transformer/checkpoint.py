@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from transformer.data import atomic_write
 from transformer.model import GPT, GPTConfig
 from transformer.tokenizer import BPETokenizer
 from transformer.tokenizer_files import bpe_text
@@ -123,21 +124,10 @@ def save_checkpoint(path, model, optimizer=None, step: int = 0,
         "data": dict(data or {}),
     }
     ckpt["digest"] = _digest({k: v for k, v in ckpt.items()})
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp",
-                               dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(ckpt, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+    try:  # whole or not at all (chapter "The corpus")
+        atomic_write(path, lambda f: torch.save(ckpt, f))
     except (OSError, RuntimeError) as err:  # torch wraps ENOSPC in these
-        Path(tmp).unlink(missing_ok=True)
         raise CheckpointWriteError(path, err) from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return path
 
 

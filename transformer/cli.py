@@ -103,11 +103,9 @@ def _interrupt_message(stop, path: Path) -> str:
 
 def _write_json(path: Path, obj) -> None:
     import json
-    import os
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(obj, indent=1) + "\n")
-    os.replace(tmp, path)
+
+    from transformer.data import atomic_write
+    atomic_write(path, json.dumps(obj, indent=1) + "\n")
 
 
 def _not_empty(option: str, value) -> None:

@@ -26,7 +26,6 @@ from typing import Callable, Sequence
 import torch
 
 from transformer.model import GPTConfig, gpt_param_count
-from transformer.softmax import softmax
 
 GPT2_SMALL = GPTConfig(vocab_size=50257, block_size=1024, n_layer=12,
                        n_head=12, n_embd=768)
@@ -253,63 +252,37 @@ def format_cost_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _plain_norm(h):
-    """LayerNorm without the affine part, over the last axis."""
-    mu = h.mean(-1, keepdim=True)  # (B, T, 1)
-    var = h.var(-1, keepdim=True, unbiased=False)  # (B, T, 1)
-    return (h - mu) / torch.sqrt(var + 1e-5)  # (B, T, D)
-
-
-def _gelu_tanh(h):
-    """GELU, tanh approximation, elementwise."""
-    c = math.sqrt(2 / math.pi)
-    return 0.5 * h * (1 + torch.tanh(c * (h + 0.044715 * h**3)))
-
-
 def attention_timing_parts(T: int, n_embd: int, n_head: int,
                            ffn_mult: float = 4, B: int = 1,
                            seed: int = 0) -> dict[str, Callable]:
-    """Three forward functions of one pre-norm block with random weights:
-    'quadratic' (scores, mask, softmax, weighted sum), 'linear' (norms,
-    projections, feed-forward) and 'block' (all of it), for timing
-    attention's share. Defined in chapter "The cost model", section
-    "Measured: attention's share of time"."""
+    """Three forward functions of one pre-norm `Block` of the model, its
+    weights drawn from `seed` by the module's own initialisation:
+    'quadratic' (`attn.mix`: scores, scale, mask, softmax, weighted sum,
+    through the kernel the model's config chooses), 'linear' (both norms,
+    the four projections, the feed-forward network, the residuals) and
+    'block' (the block's own forward), for timing attention's share.
+    Defined in chapter "The cost model", section "Measured: attention's
+    share of time"."""
+    from transformer.model import Block
     _check_positive(T=T, B=B)
-    s = GPTConfig(vocab_size=1, block_size=T, n_layer=1, n_head=n_head,
-                  n_embd=n_embd, ffn_mult=ffn_mult)
-    D, H, Dh, F = s.n_embd, s.n_head, s.head_dim, s.ffn_dim
+    config = GPTConfig(vocab_size=1, block_size=T, n_layer=1,
+                       n_head=n_head, n_embd=n_embd, ffn_mult=ffn_mult)
+    with torch.random.fork_rng():  # the caller's global generator untouched
+        torch.manual_seed(seed)
+        block = Block(config).eval()
+    attn = block.attn
     g = torch.Generator().manual_seed(seed)
-    w = lambda *shape: torch.randn(*shape, generator=g) / math.sqrt(
-        shape[0])  # noqa: E731
-    # (D, 3D), (D, D), (D, F), (F, D): scaled so activations stay O(1)
-    W_qkv, W_o, W_1, W_2 = w(D, 3 * D), w(D, D), w(D, F), w(F, D)
-    x = torch.randn(B, T, D, generator=g)  # (B, T, D)
-    causal = torch.ones(T, T, dtype=torch.bool).tril()  # (T, T)
-
-    def heads(h):
-        return h.view(B, T, H, Dh).transpose(1, 2)  # (B, H, T, Dh)
-
-    def quadratic(q, k, v):
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(Dh)  # (B, H, T, T)
-        att = att.masked_fill(~causal, float("-inf"))  # (B, H, T, T)
-        return softmax(att) @ v  # (B, H, T, Dh)
-
-    def qkv(x):
-        q, k, v = (_plain_norm(x) @ W_qkv).split(D, dim=-1)  # 3 x (B, T, D)
-        return heads(q), heads(k), heads(v)  # 3 x (B, H, T, Dh)
-
-    def rest(x, y):  # y: attention output (B, H, T, Dh)
-        h = x + y.transpose(1, 2).reshape(B, T, D) @ W_o  # (B, T, D)
-        return h + _gelu_tanh(_plain_norm(h) @ W_1) @ W_2  # (B, T, D)
-
+    x = torch.randn(B, T, config.n_embd, generator=g)  # (B, T, D)
     with torch.no_grad():
-        q, k, v = qkv(x)  # 3 x (B, H, T, Dh)
-        y = quadratic(q, k, v)  # (B, H, T, Dh)
+        q, k, v = attn.qkv(block.ln_1(x))  # (B, H, T, Dh) each
+        y = attn.mix(q, k, v)  # (B, H, T, Dh)
 
     def linear():
-        qkv(x)
-        return rest(x, y)  # (B, T, D)
+        attn.qkv(block.ln_1(x))  # the projections in, as the block runs them
+        out = y.transpose(1, 2).reshape(B, T, config.n_embd)  # (B, T, D)
+        h = x + attn.resid_dropout(attn.c_proj(out))  # (B, T, D)
+        return h + block.mlp(block.ln_2(h))  # (B, T, D)
 
-    return {"quadratic": torch.no_grad()(lambda: quadratic(q, k, v)),
+    return {"quadratic": torch.no_grad()(lambda: attn.mix(q, k, v)),
             "linear": torch.no_grad()(linear),
-            "block": torch.no_grad()(lambda: rest(x, quadratic(*qkv(x))))}
+            "block": torch.no_grad()(lambda: block(x))}

@@ -154,22 +154,28 @@ def train_val_split(data, val_fraction: float = 0.1):
     return data[:cut], data[cut:]
 
 
-def atomic_write(path, data: str | bytes) -> Path:
-    """Write `data` (str as UTF-8, or bytes) to `path` whole or not at all:
-    a temporary file in the same folder (parents created), fsync, then
-    os.replace; on any failure the temporary file is removed and `path`
-    is as it was. Returns the path. Chapter "The corpus", section
+def atomic_write(path, data) -> Path:
+    """Write `data` (str as UTF-8, bytes, or a function that writes into
+    the open binary file, as `lambda f: torch.save(obj, f)`) to `path`
+    whole or not at all: a temporary file in the same folder (parents
+    created), fsync, then os.replace; on any failure the temporary file is
+    removed and `path` is as it was. Returns the path. Every file the
+    package writes goes through here. Chapter "The corpus", section
     "Writing a file whole or not at all"."""
-    if not isinstance(data, (str, bytes)):
-        raise ValueError(f"data: expected str or bytes, got "
-                         f"{type(data).__name__}")
+    if not isinstance(data, (str, bytes)) and not callable(data):
+        raise ValueError(f"data: expected str, bytes or a function of the "
+                         f"open file, got {type(data).__name__}")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp",
                                dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            if callable(data):
+                data(f)
+            else:
+                f.write(data.encode("utf-8") if isinstance(data, str)
+                        else data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -227,6 +227,18 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x: torch.Tensor, start_pos: int = 0,
                 cache=None) -> torch.Tensor:
         B, T, D = x.shape
+        q, k, v = self.qkv(x, start_pos)  # move 1
+        if cache is not None:
+            k, v = cache.update(k, v)  # (B, H, S, Dh) each
+        out = self.mix(q, k, v)  # (B, H, T, Dh)
+        # the one transpose out: (B, H, T, Dh) -> (B, T, D), then move 2
+        out = out.transpose(1, 2).reshape(B, T, D)  # (B, T, D)
+        return self.resid_dropout(self.c_proj(out))  # (B, T, D)
+
+    def qkv(self, x: torch.Tensor, start_pos: int = 0):
+        """Move 1: (B, T, D) -> q (B, H, T, Dh), k and v (B, Hkv, T, Dh),
+        RoPE applied to q and k when configured."""
+        B, T, D = x.shape
         H, Hkv, Dh = self.n_head, self.n_kv_head, self.head_dim
         q, k, v = self.c_attn(x).split([D, Hkv * Dh, Hkv * Dh], dim=-1)
         # the one transpose in: (B, T, D) -> (B, H, T, Dh)
@@ -240,8 +252,15 @@ class CausalSelfAttention(nn.Module):
                            self.rope_layout_q)  # (B, H, T, Dh)
             k = apply_rope(k, pos, self.rope_base,
                            self.rope_layout_k)  # (B, H, T, Dh)
-        if cache is not None:
-            k, v = cache.update(k, v)  # (B, H, S, Dh) each
+        return q, k, v
+
+    def mix(self, q: torch.Tensor, k: torch.Tensor,
+            v: torch.Tensor) -> torch.Tensor:
+        """The attention itself, eq. (eq-mha-head) for every head: q
+        (B, H, T, Dh) against k, v (B, Hkv, S, Dh), the T queries the last
+        T of the S positions -> (B, H, T, Dh), through the kernel the
+        config chooses (the one the cost model's timing also runs)."""
+        T, H, Hkv = q.shape[2], self.n_head, self.n_kv_head
         if T == 1 and Hkv < H and self.window is None:  # grouped decoding:
             out = grouped_decode(q, k, v, self.scale)  # one call (ch. 17)
         elif self.window is not None:  # tiles inside the window (ch. 19)
@@ -251,12 +270,10 @@ class CausalSelfAttention(nn.Module):
             out = grouped_heads(lambda qg, kg, vg: kernels.causal_attention(
                 qg, kg, vg, self.scale), q, k, v)  # (B, H, T, Dh)
         else:
-            mask = causal_mask(T, k.shape[2], device=x.device)  # (T, S)
+            mask = causal_mask(T, k.shape[2], device=q.device)  # (T, S)
             out = grouped_heads(lambda qg, kg, vg: attention(
                 qg, kg, vg, mask, self.scale)[0], q, k, v)  # (B, H, T, Dh)
-        # the one transpose out: (B, H, T, Dh) -> (B, T, D)
-        out = out.transpose(1, 2).reshape(B, T, D)  # (B, T, D)
-        return self.resid_dropout(self.c_proj(out))  # (B, T, D)
+        return out
 
 
 class LayerNorm(nn.Module):
