@@ -133,9 +133,12 @@ CAPTIONS: dict[str, list[tuple[str, str, str]]] = {
     "10_cost_model": [
         ('root = Path("..") if Path("../results").exists() else Path(".")',
          "fig-attention-share",
-         "The quadratic part's share of a block against the context length, "
-         "by FLOPs and by measured time (95% intervals), at two widths: in "
-         "time it passes half long before it does in FLOPs."),
+         "The quadratic part's share of the model's block against the "
+         "context length, by FLOPs of the whole square (dashed) and by "
+         "measured time through the model's tiled kernel (95% intervals), at "
+         "two widths: in time it passes half somewhat before the FLOP count "
+         "does, and at long contexts falls below the count of the square, "
+         "whose masked half the kernel skips."),
     ],
     "11_sampling": [
         ("from matplotlib.patches import FancyBboxPatch as _Box",

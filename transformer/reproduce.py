@@ -138,6 +138,9 @@ KEPT = {
     "slice (since replaced)",
     "extattn/gqa_decode_onecall.json": "grouped decoding through the "
     "book's attention (since replaced)",
+    "cost_model/attention_time-plain.json": "attention's share of time "
+    "through a block re-implemented around a full score matrix, before "
+    "chapter 10 timed the model's own block",
     "training/bigram-200steps.json": "the bigram comparison at the old "
     "200-step preset",
     "training/probe-1500steps.json": "the one-seed probe that chose the "
