@@ -483,6 +483,17 @@ _E37 = replace(
     falsifier=_E25.falsifier)
 
 
+E38_SD = 0.0463  # one - four key/value heads over E31's seeds 0-4, widest
+_E38 = replace(
+    _E31, id="E38", title="E31's key/value heads at the seeds its spread "
+    "needs",
+    seeds=tuple(range(len(_E31.seeds), seeds_needed(E38_SD,
+                                                    DELTA["E31"]))),
+    prediction=_E31.prediction + (
+        " Judged on E31's and E38's seeds together."),
+    falsifier=_E31.falsifier)
+
+
 from transformer.experiments import RECIPE
 
 E34_MODEL = {"vocab_size": BYTE_VOCAB_SIZE, **_BYTE_MODEL}
@@ -619,4 +630,4 @@ _E36 = Probe(
 EXPERIMENTS = {e.id: e for e in sorted((
     _E1, _E2, _E3, _E4, _E5, _E6, _E7, _E8, _E9, _E14, _E19, _E20, _E21,
     _E22, _E23, _E24, _E25, _E26, _E27, _E28, _E30, _E31, _E32, _E34, _E35,
-    _E36, _E37, *PROBES), key=lambda e: int(e.id[1:]))}  # E1, E2, ... in order
+    _E36, _E37, _E38, *PROBES), key=lambda e: int(e.id[1:]))}  # in order
