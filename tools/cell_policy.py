@@ -611,7 +611,7 @@ TABLE.update({
         ('start_box()  # one output box for this check cell\nfrom transformer.ablations import BUDGETS, DELTA', HI),
         ('start_box()  # one output box for this check cell\n\n\ndef judged_together', HI),
         ('start_box()  # one output box for this check cell\nrecs37', HI),
-        ('start_box()  # one output box for this check cell\ne38 = EXPERIMENTS["E38"]', HI),
+        ('start_box()  # one output box for this check cell\nrecs38', HI),
         ('start_box()  # one output box for this check cell\n\n\ndef spearman(xs, ys):', HI),
         ('CLAIMS_E4 = (', HI),
         ('if e30_complete:\n    fig, axes = plt.subplots(1, 2', HI),
