@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from transformer.data import atomic_write
 from transformer.model import GPT, GPTConfig
 
 
@@ -78,11 +79,12 @@ def _write_safetensors(path: Path, tensors: dict) -> None:
         offset += len(data)
     head = json.dumps(header, separators=(",", ":")).encode()
     head += b" " * (-len(head) % 8)  # tensors start 8-byte aligned
-    with open(path, "wb") as f:
+    def write(f):  # the blobs go out one by one, never joined in memory
         f.write(len(head).to_bytes(8, "little"))
         f.write(head)
         for data in blobs:
             f.write(data)
+    atomic_write(path, write)
 
 
 def save_hf_gpt2(model: GPT, directory) -> Path:
@@ -126,6 +128,6 @@ def save_hf_gpt2(model: GPT, directory) -> Path:
         tensors["lm_head.weight"] = params["lm_head.weight"]
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "config.json").write_text(json.dumps(hf_config, indent=2))
+    atomic_write(directory / "config.json", json.dumps(hf_config, indent=2))
     _write_safetensors(directory / "model.safetensors", tensors)
     return directory

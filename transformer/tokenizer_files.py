@@ -225,7 +225,7 @@ def save_tiktoken(tok, path) -> None:
     vocabularies" of appendix "Other libraries"."""
     lines = [base64.b64encode(token) + b" %d" % i
              for token, i in ranked_tokens(tok)]
-    Path(path).write_bytes(b"\n".join(lines) + b"\n")
+    atomic_write(path, b"\n".join(lines) + b"\n")
 
 
 def _gpt2_byte_chars():
@@ -284,8 +284,7 @@ def save_tokenizer_json(tok, path) -> None:
                             **tok.special_tokens},  # keeps their ids
                   "merges": [[name[a], name[b]]
                              for a, b in tok.merges]}}
-    Path(path).write_text(json.dumps(doc, ensure_ascii=False),
-                          encoding="utf-8")
+    atomic_write(path, json.dumps(doc, ensure_ascii=False))
 
 
 METHODS = {  # BPETokenizer.<name>: attached in transformer/tokenizer.py

@@ -540,7 +540,9 @@ def text_stream(text: str, vocab_size: int, cache_dir=None):
     import hashlib
 
     import transformer.tokenizer as tokenizer_module
-    from transformer.data import default_cache_dir, train_val_split
+    from transformer.data import (atomic_write, default_cache_dir,
+                                  train_val_split)
+    from transformer.tokenizer_files import bpe_text
     if not isinstance(text, str) or len(text) < 2:
         raise ValueError("text: expected a str of at least 2 characters")
     if not _is_int(vocab_size) or vocab_size <= 256:
@@ -558,12 +560,10 @@ def text_stream(text: str, vocab_size: int, cache_dir=None):
         tok = _cached_tokenizer(path, key.hexdigest(), vocab_size)
     else:
         tok = BPETokenizer.train(train_text, vocab_size)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-        tok.save(tmp)
+        data = bpe_text(tok).encode("utf-8")  # the bytes tok.save writes
         seal = path.with_name(path.name + ".sha256")
-        seal.write_text(_seal(key.hexdigest(), tmp.read_bytes()))
-        os.replace(tmp, path)  # whole or absent, as checkpoints are
+        atomic_write(seal, _seal(key.hexdigest(), data))
+        atomic_write(path, data)  # whole or absent, as checkpoints are
     train_ids = torch.tensor(tok.encode(train_text), dtype=torch.int64)
     val_ids = torch.tensor(tok.encode(val_text), dtype=torch.int64)
     return tok, train_ids, val_ids  # (N,), (M,)
