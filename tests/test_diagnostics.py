@@ -46,3 +46,38 @@ def test_attention_entropy_is_uniform_for_zero_queries_and_keys():
     assert len(ent) == 2
     for e in ent:
         assert math.isclose(e, want, rel_tol=0, abs_tol=1e-6)
+
+
+def test_attention_entropy_sees_the_heads_and_positions_the_model_runs():
+    """Against the attention weights recomputed here, block by block: the
+    layer's queries and keys (RoPE in the 'halves' layout, two key/value
+    heads for four query heads, query head h reading key head h // 2, keys
+    repeated per group) scored by torch's softmax. A re-implementation that
+    splits c_attn as if every projection were D wide, or rotates in the
+    default layout, fails here."""
+    cfg = GPTConfig(vocab_size=64, block_size=16, n_layer=2, n_head=4,
+                    n_embd=32, n_kv_head=2, pos_encoding="rope",
+                    rope_layout="halves")
+    torch.manual_seed(0)
+    model = GPT(cfg)
+    with torch.no_grad():  # sharp enough that a wrong rotation shows
+        for block in model.blocks:
+            block.attn.c_attn.weight.mul_(8.0)
+    x = torch.randint(0, 64, (3, 16), generator=torch.Generator()
+                      .manual_seed(1))  # (B, T)
+    want, h = [], model.wte(x) + 0.0  # rope: no position table
+    with torch.no_grad():
+        for block in model.blocks:
+            a = block.ln_1(h)
+            q, k, _ = block.attn.qkv(a)  # (B, 4, T, Dh), (B, 2, T, Dh)
+            k = k.repeat_interleave(2, dim=1)  # head h reads key head h//2
+            s = q @ k.transpose(-2, -1) * block.attn.scale  # (B, H, T, T)
+            s = s.masked_fill(~torch.ones(16, 16).tril().bool(),
+                              float("-inf"))
+            w = torch.softmax(s, dim=-1)
+            ent = -(w * torch.log(w.clamp_min(1e-30))).sum(-1)
+            want.append(ent.mean().item())
+            h = block(h)
+    got = attention_entropy(model, x)
+    assert all(math.isclose(g, w, rel_tol=0, abs_tol=1e-5)
+               for g, w in zip(got, want)), (got, want)

@@ -16,8 +16,8 @@ import math
 import torch
 
 from transformer.attention import attention, causal_mask
+from transformer.grouped import grouped_heads
 from transformer.model import GPT
-from transformer.positions import apply_rope
 
 
 def block_grad_norms(model: GPT, x: torch.Tensor,
@@ -47,16 +47,13 @@ def attention_entropy(model: GPT, x: torch.Tensor) -> list[float]:
 
     def hook(attn, args):
         h = args[0]  # (B, T, D): what the attention layer is given
-        B, T, D = h.shape
-        q, k, _ = attn.c_attn(h).split(D, dim=-1)  # (B, T, D) each
-        q = q.view(B, T, attn.n_head, -1).transpose(1, 2)  # (B, H, T, Dh)
-        k = k.view(B, T, attn.n_head, -1).transpose(1, 2)  # (B, H, T, Dh)
-        if attn.rope:
-            pos = torch.arange(T, device=h.device)  # (T,)
-            q = apply_rope(q, pos, attn.rope_base)
-            k = apply_rope(k, pos, attn.rope_base)
+        T = h.shape[1]
+        # the layer's own queries and keys: grouped heads and RoPE's layout
+        # as the model runs them
+        q, k, _ = attn.qkv(h)  # (B, H, T, Dh), (B, Hkv, T, Dh)
         mask = causal_mask(T, device=h.device)  # (T, T)
-        w = attention(q, k, k, mask, attn.scale)[1]  # (B, H, T, T)
+        w = grouped_heads(lambda qg, kg, _: attention(
+            qg, kg, kg, mask, attn.scale)[1], q, k, k)  # (B, H, T, T)
         ent = -(w * torch.log(w.clamp_min(1e-30))).sum(-1)  # (B, H, T)
         found.append(ent.mean().item())
 
