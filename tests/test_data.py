@@ -124,22 +124,25 @@ def test_atomic_write_is_whole_or_nothing(tmp_path, monkeypatch):
 def test_token_stream_survives_a_second_writer(tmp_path, monkeypatch):
     """Two processes building the same token cache at once (two shards of
     one grid) must both succeed: here a second build runs to completion in
-    the first one's window between writing its ids and saving the
-    tokenizer. A shared temporary name made the first one fail with
+    the first one's window between training its tokenizer and writing its
+    files. A shared temporary name made the first one fail with
     FileNotFoundError (seen when two shards of a grid started together)."""
     from transformer import baseline
-    save, nested = baseline.BPETokenizer.save, []
+    train, nested = baseline.BPETokenizer.train, []
 
-    def save_then_race(tok, path):
-        if not nested:  # once: the second build saves with the real save
+    def train_then_race(text, vocab_size):
+        tok = train(text, vocab_size)
+        if not nested:  # once: the second build runs whole, meanwhile
             nested.append(None)
-            monkeypatch.setattr(baseline.BPETokenizer, "save", save)
             nested[0] = baseline.token_stream(257, cache_dir=tmp_path)
-        save(tok, path)
-    monkeypatch.setattr(baseline.BPETokenizer, "save", save_then_race)
-    tok, train, val = baseline.token_stream(257, cache_dir=tmp_path)
-    assert nested and bool((nested[0][1] == train).all())
-    assert sorted(p.suffix for p in tmp_path.iterdir()) == [".bpe", ".pt"]
+        return tok
+    monkeypatch.setattr(baseline.BPETokenizer, "train",
+                        staticmethod(train_then_race))
+    tok, train_ids, val = baseline.token_stream(257, cache_dir=tmp_path)
+    assert nested and bool((nested[0][1] == train_ids).all())
+    names = sorted(p.name.split("-")[0] + p.suffix
+                   for p in (tmp_path / "tokenizers").iterdir())
+    assert names == ["bpe", "bpe.sha256", "ids.pt"]  # no temporary left
     monkeypatch.undo()
     again = baseline.token_stream(257, cache_dir=tmp_path)  # from the cache
     assert bool((again[2] == val).all()) and again[0].merges == tok.merges

@@ -45,6 +45,7 @@ _WHERE = {  # public name -> module defining it
     "block_grad_norms": "diagnostics",
     "attention_entropy": "diagnostics",
     "token_stream": "baseline",
+    "cached_tokenizer": "baseline",
     "check_ids": "baseline",
     "get_batch": "baseline",
     "unigram_loss": "baseline",

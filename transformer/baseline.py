@@ -4,6 +4,7 @@ from __future__ import annotations
 
 __all__ = [
     "token_stream",
+    "cached_tokenizer",
     "check_ids",
     "get_batch",
     "unigram_loss",
@@ -19,15 +20,14 @@ __all__ = [
 
 
 import hashlib
-import io
 import lzma
 import math
 from pathlib import Path
 
 import torch
 
-from transformer.data import (CORPUS_SHA256, atomic_write, default_cache_dir,
-                              load_corpus, train_val_split)
+from transformer.data import (atomic_write, default_cache_dir, load_corpus,
+                              train_val_split)
 from transformer.softmax import cross_entropy, log_softmax
 from transformer.tokenizer import BPETokenizer
 
@@ -38,34 +38,77 @@ DEFAULT_VOCAB_SIZE = 1024
 def token_stream(vocab_size: int = DEFAULT_VOCAB_SIZE, cache_dir=None):
     """(tokenizer, train_ids, val_ids) for the default corpus.
 
-    The tokenizer is trained on the training split only; both splits are
-    encoded with it. Cached in `cache_dir` (default: the corpus cache), keyed
-    by corpus hash, vocabulary size and the tokenizer module's source.
-    Chapter "Data, the bigram baseline and the entropy floor", section "The
-    token stream"."""
+    The tokenizer is trained on the training split only (cached_tokenizer,
+    the cache every stream shares); both splits are encoded with it, and
+    the ids are cached beside it, keyed by the tokenizer's key and the
+    held-out text. Chapter "Data, the bigram baseline and the entropy
+    floor", section "The token stream"."""
     if not isinstance(vocab_size, int) or vocab_size < 257:
         raise ValueError(f"vocab_size: expected an int > 256, got "
                          f"{vocab_size!r}")
+    train_text, val_text = train_val_split(load_corpus())
+    tok, key = cached_tokenizer(train_text, vocab_size, cache_dir)
+    key = hashlib.sha256(key.encode() + val_text.encode()).hexdigest()
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
-    code = (Path(__file__).parent / "tokenizer.py").read_bytes()
-    key = hashlib.sha256(CORPUS_SHA256.encode() + str(vocab_size).encode()
-                         + code).hexdigest()[:16]
-    tok_path = cache / f"bpe-{vocab_size}-{key}.bpe"
-    ids_path = cache / f"ids-{vocab_size}-{key}.pt"
-    if tok_path.exists() and ids_path.exists():
-        tok = BPETokenizer.load(tok_path)
+    ids_path = cache / "tokenizers" / f"ids-{vocab_size}-{key[:16]}.pt"
+    if ids_path.is_file():
         saved = torch.load(ids_path, weights_only=True)
         return tok, saved["train"], saved["val"]
-    train_text, val_text = train_val_split(load_corpus())
-    tok = BPETokenizer.train(train_text, vocab_size)
     train_ids = torch.tensor(tok.encode(train_text), dtype=torch.int64)
     val_ids = torch.tensor(tok.encode(val_text), dtype=torch.int64)
-    cache.mkdir(parents=True, exist_ok=True)
-    buf = io.BytesIO()  # each file written whole, under a name of its own,
-    torch.save({"train": train_ids, "val": val_ids}, buf)  # so processes
-    tok.save(tok_path)  # started together (shards) never share a temp file
-    atomic_write(ids_path, buf.getvalue())  # the ids last: both are whole
+    atomic_write(ids_path, lambda f: torch.save(  # whole or absent
+        {"train": train_ids, "val": val_ids}, f))
     return tok, train_ids, val_ids
+
+
+def cached_tokenizer(train_text: str, vocab_size: int, cache_dir=None):
+    """(tokenizer, key): a BPE tokenizer of `vocab_size` trained on
+    `train_text`, cached in `cache_dir` (default: the corpus cache) under
+    `tokenizers/bpe-V-KEY`, KEY the SHA-256 of the text, the vocabulary
+    size and the tokenizer's code, with a seal beside it (PATH.sha256: the
+    key and the file's SHA-256). A damaged or swapped cache is a
+    ValueError that says it is a cache and may be deleted. Each file is
+    written whole under a temporary name of its own, so processes started
+    together (the shards of a grid) never share one."""
+    import transformer.tokenizer as tokenizer_module
+    from transformer.tokenizer_files import bpe_text
+    key = hashlib.sha256()
+    for part in (train_text.encode("utf-8", "surrogatepass"),
+                 str(vocab_size).encode(),
+                 Path(tokenizer_module.__file__).read_bytes()):
+        key.update(hashlib.sha256(part).digest())
+    key = key.hexdigest()
+    cache = Path(cache_dir) if cache_dir else default_cache_dir()
+    path = cache / "tokenizers" / f"bpe-{vocab_size}-{key[:16]}"
+    seal = path.with_name(path.name + ".sha256")
+    fix = "; it is a cache: delete it and the next run rebuilds it"
+    if not path.is_file():
+        tok = BPETokenizer.train(train_text, vocab_size)
+        data = bpe_text(tok).encode("utf-8")  # the bytes tok.save writes
+        atomic_write(seal, _seal(key, data))
+        atomic_write(path, data)
+        return tok, key
+    if seal.is_file() and seal.read_text().strip() != _seal(
+            key, path.read_bytes()).strip():
+        raise ValueError(f"data: the tokenizer cache {str(path)!r} does not "
+                         f"match its key (it was changed or replaced){fix}")
+    try:
+        tok = BPETokenizer.load(path)
+    except ValueError as err:
+        raise ValueError(f"data: the tokenizer cache {str(path)!r} is "
+                         f"damaged ({' '.join(str(err).split())[:150]})"
+                         f"{fix}") from None
+    if tok.vocab_size != vocab_size:
+        raise ValueError(f"data: the tokenizer cache {str(path)!r} holds a "
+                         f"tokenizer of {tok.vocab_size} tokens, not "
+                         f"{vocab_size}{fix}")
+    return tok, key
+
+
+def _seal(key: str, content: bytes) -> str:
+    """What a tokenizer cache's PATH.sha256 holds: its full key, and the
+    SHA-256 of the file's bytes."""
+    return f"{key} {hashlib.sha256(content).hexdigest()}\n"
 
 
 def check_ids(ids, name="ids", min_len=2):

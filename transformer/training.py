@@ -533,71 +533,22 @@ def read_text(path) -> tuple[str, list[Path]]:
 def text_stream(text: str, vocab_size: int, cache_dir=None):
     """(tokenizer, train_ids, val_ids) for `text`: the last tenth held out
     (data.train_val_split), a BPE tokenizer of `vocab_size` trained on the
-    rest only, both parts encoded. The tokenizer is cached in `cache_dir`
-    (default: the corpus cache) under the SHA-256 of the training text,
-    the vocabulary size and the tokenizer's code. Defined in chapter
-    "Training", section "Your own text"."""
-    import hashlib
-
-    import transformer.tokenizer as tokenizer_module
-    from transformer.data import (atomic_write, default_cache_dir,
-                                  train_val_split)
-    from transformer.tokenizer_files import bpe_text
+    rest only (baseline.cached_tokenizer: cached under the SHA-256 of the
+    training text, the vocabulary size and the tokenizer's code), both
+    parts encoded. Defined in chapter "Training", section "Your own
+    text"."""
+    from transformer.baseline import cached_tokenizer
+    from transformer.data import train_val_split
     if not isinstance(text, str) or len(text) < 2:
         raise ValueError("text: expected a str of at least 2 characters")
     if not _is_int(vocab_size) or vocab_size <= 256:
         raise ValueError(f"vocab_size: expected an int > 256 (the 256 "
                          f"byte tokens come first), got {vocab_size!r}")
     train_text, val_text = train_val_split(text)
-    key = hashlib.sha256()
-    for part in (train_text.encode("utf-8", "surrogatepass"),
-                 str(vocab_size).encode(),
-                 Path(tokenizer_module.__file__).read_bytes()):
-        key.update(hashlib.sha256(part).digest())
-    cache = Path(cache_dir) if cache_dir else default_cache_dir()
-    path = cache / "tokenizers" / f"bpe-{vocab_size}-{key.hexdigest()[:16]}"
-    if path.is_file():
-        tok = _cached_tokenizer(path, key.hexdigest(), vocab_size)
-    else:
-        tok = BPETokenizer.train(train_text, vocab_size)
-        data = bpe_text(tok).encode("utf-8")  # the bytes tok.save writes
-        seal = path.with_name(path.name + ".sha256")
-        atomic_write(seal, _seal(key.hexdigest(), data))
-        atomic_write(path, data)  # whole or absent, as checkpoints are
+    tok, _ = cached_tokenizer(train_text, vocab_size, cache_dir)
     train_ids = torch.tensor(tok.encode(train_text), dtype=torch.int64)
     val_ids = torch.tensor(tok.encode(val_text), dtype=torch.int64)
     return tok, train_ids, val_ids  # (N,), (M,)
-
-
-def _seal(key: str, content: bytes) -> str:
-    """What a tokenizer cache's PATH.sha256 holds: its full key, and the
-    SHA-256 of the file's bytes."""
-    import hashlib
-    return f"{key} {hashlib.sha256(content).hexdigest()}\n"
-
-
-def _cached_tokenizer(path: Path, key: str, vocab_size: int):
-    """The tokenizer cached at `path`, checked against its key: the seal
-    written beside it (when there is one) must match, and the vocabulary
-    size must be the one asked for. A damaged or swapped file is an error
-    that says it is a cache and may be deleted."""
-    fix = ("; it is a cache: delete it and the next run rebuilds it")
-    seal = path.with_name(path.name + ".sha256")
-    if seal.is_file() and seal.read_text().strip() != _seal(
-            key, path.read_bytes()).strip():
-        raise ValueError(f"data: the tokenizer cache {str(path)!r} does not "
-                         f"match its key (it was changed or replaced){fix}")
-    try:
-        tok = BPETokenizer.load(path)
-    except ValueError as err:
-        raise ValueError(f"data: the tokenizer cache {str(path)!r} is "
-                         f"damaged ({' '.join(str(err).split())[:150]})"
-                         f"{fix}") from None
-    if tok.vocab_size != vocab_size:
-        raise ValueError(f"data: the tokenizer cache {str(path)!r} holds a "
-                         f"tokenizer of {tok.vocab_size} tokens, not "
-                         f"{vocab_size}{fix}")
-    return tok
 
 
 def evaluate_text(model: torch.nn.Module, tokenizer, ids: torch.Tensor,
