@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from transformer.bench import write_json  # noqa: E402
+from transformer.diagnostics import block_grad_norms  # noqa: E402
 from transformer.model import GPT, GPTConfig, Linear  # noqa: E402
 
 DEPTHS = [2, 4, 8, 16]
@@ -61,11 +62,7 @@ def layer_grad_norms(depth: int, norm_position: str, init: str,
     shape = (SETUP["batch_size"], SETUP["seq_len"])
     idx = torch.randint(0, cfg.vocab_size, shape, generator=g)  # (B, T)
     targets = torch.randint(0, cfg.vocab_size, shape, generator=g)  # (B, T)
-    _, loss = model(idx, targets)
-    loss.backward()
-    return [math.sqrt(sum(p.grad.pow(2).sum().item()
-                          for p in block.parameters() if p.dim() == 2))
-            for block in model.blocks]
+    return block_grad_norms(model, idx, targets, matrices_only=True)
 
 
 def main() -> None:

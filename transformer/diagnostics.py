@@ -20,19 +20,21 @@ from transformer.grouped import grouped_heads
 from transformer.model import GPT
 
 
-def block_grad_norms(model: GPT, x: torch.Tensor,
-                     y: torch.Tensor) -> list[float]:
-    """L2 norm of the loss gradient over each block's parameters, at the
-    weights as they are, on the batch x, y (B, T); the gradients are
-    cleared afterwards. Used by E6 (chapter "Ablations"); section "Two
-    diagnostics"."""
+def block_grad_norms(model: GPT, x: torch.Tensor, y: torch.Tensor,
+                     matrices_only: bool = False) -> list[float]:
+    """L2 norm of the loss gradient over each block's parameters (with
+    matrices_only, its weight matrices alone), at the weights as they are,
+    on the batch x, y (B, T); the gradients are cleared afterwards. Used by
+    E6 (chapter "Ablations") and by the figure of section "The block:
+    pre-norm and post-norm" (matrices only); section "Two diagnostics"."""
     model.zero_grad(set_to_none=True)
     _, loss = model(x, y)
     loss.backward()
     norms = []
     for block in model.blocks:
         sq = sum(p.grad.pow(2).sum().item() for p in block.parameters()
-                 if p.grad is not None)
+                 if p.grad is not None
+                 and (p.dim() == 2 or not matrices_only))
         norms.append(math.sqrt(sq))
     model.zero_grad(set_to_none=True)
     return norms
