@@ -37,7 +37,7 @@ import literate  # noqa: E402
 from transformer.baseline import (bigram_counts, bigram_loss,  # noqa: E402
                                   token_stream)
 from transformer.bench import environment, write_json  # noqa: E402
-from transformer.training_checks import (overfit_config,  # noqa
+from transformer.training_checks import (overfit_check, overfit_config,  # noqa
                                          shuffled_config)
 from transformer.model import GPTConfig  # noqa: E402
 from transformer.training import (PRESETS, TrainConfig,  # noqa: E402
@@ -87,16 +87,17 @@ def run_e10(args) -> dict:
            "config": cfg.__dict__, "runs": {}}
     for name, bug in BUGS.items():
         t0 = time.perf_counter()
-        with bug():
-            model = init_model(tiny_model_config(), 0)
-            hist = train(model, corpus, corpus, cfg)
-            # the claim: loss over the whole 200-token corpus
-            final = evaluate(model, corpus, 64, 8, None)
+        with bug():  # the E10 probe's measurement, with a bug planted
+            r = overfit_check(0, cfg.steps, tiny_model_config(),
+                              cfg.eval_interval)
+        raw = r["raw"]
         out["runs"][name] = {
-            "train_loss": hist["train_loss"], "val_steps": hist["val_steps"],
-            "corpus_loss": hist["val_loss"], "final_corpus_loss": final,
+            "train_loss": raw["train_loss"], "val_steps": raw["val_steps"],
+            "corpus_loss": raw["val_loss"],
+            # the claim: loss over the whole 200-token corpus
+            "final_corpus_loss": r["corpus_loss"],
             "first_step_below_0.1": next(
-                (s for s, v in zip(hist["val_steps"], hist["val_loss"])
+                (s for s, v in zip(raw["val_steps"], raw["val_loss"])
                  if v < 0.1), None),
             "wall_s": time.perf_counter() - t0}
         print(f"e10 {name}: final corpus loss {final:.4f} "

@@ -60,20 +60,25 @@ def shuffled_config(steps: int = 200, seed: int = 0,
 
 
 def overfit_check(seed: int, steps: int = 300,
-                  model_config: GPTConfig | None = None) -> dict:
+                  model_config: GPTConfig | None = None,
+                  eval_interval: int | None = None) -> dict:
     """E10: a model (the tiny preset's shape unless `model_config`) trained
     `steps` steps on the first 200 tokens of the training stream with
     overfit_config; the loss over all 200 afterwards, whether it is below
-    0.1, and the training curve under "raw". Section "The two checks, as
-    functions"."""
+    0.1, and the training curve under "raw" (with eval_interval, the loss
+    on the corpus every that many steps too, as "val_steps" and
+    "val_loss"). The chapter's E10 record runs it once per planted bug.
+    Section "The two checks, as functions"."""
     _, train_ids, _ = token_stream(1024)
     corpus = train_ids[:200].clone()  # (200,)
-    cfg = overfit_config(steps, seed)
+    cfg = overfit_config(steps, seed, eval_interval)
     model = training.init_model(model_config or tiny_model_config(), seed)
     hist = training.train(model, corpus, corpus, cfg)
     loss = training.evaluate(model, corpus, 64, 8, None)
-    return {"corpus_loss": loss, "below_0.1": float(loss < 0.1),
-            "raw": {"train_loss": hist["train_loss"]}}
+    raw = {"train_loss": hist["train_loss"]}
+    if eval_interval is not None:
+        raw.update(val_steps=hist["val_steps"], val_loss=hist["val_loss"])
+    return {"corpus_loss": loss, "below_0.1": float(loss < 0.1), "raw": raw}
 
 
 LEAK_MODEL = {"vocab_size": 4, "block_size": 16, "n_layer": 2,
