@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import tiny_study_inputs
 from transformer.ablations import E34_DIFFS, E34_SLUG, EXPERIMENTS
 from transformer.experiments import record_matches
 from transformer.rope_scaling import (ROPE_ARMS, copy_gain, ntk_base,
@@ -47,14 +48,7 @@ def test_position_spans_and_bad_input():
 
 
 def _tiny_study(arms=ROPE_ARMS):
-    import torch
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, 40, (4000,), generator=g)
-    model = {"vocab_size": 40, "n_embd": 16, "n_head": 2, "n_layer": 1,
-             "block_size": 16}
-    run = {"steps": 2, "batch_size": 2, "warmup_steps": 1,
-           "eval_interval": 2, "eval_batches": 1, "eval_seed": 1234,
-           "checkpoint_interval": 0}
+    ids, model, run = tiny_study_inputs(4000, eval_batches=1)
     return rope_base_study(0, (None, ids, ids), model, run, arms,
                            distances=(4, 8, 16, 32), span=4)
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from conftest import tiny_study_inputs
 from transformer.attention import attention
 from transformer.hf_files import save_hf_gpt2
 from transformer.model import GPT, GPTConfig
@@ -399,13 +400,7 @@ def test_one_batch_scores_the_same_windows():
 
 
 def _tiny_long_context(seed=0, arms=LONG_ARMS):
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, 40, (3000,), generator=g)
-    model = {"vocab_size": 40, "n_embd": 16, "n_head": 2, "n_layer": 1,
-             "block_size": 16}
-    run = {"steps": 2, "batch_size": 2, "warmup_steps": 1,
-           "eval_interval": 2, "eval_batches": 2, "eval_seed": 1234,
-           "checkpoint_interval": 0}
+    ids, model, run = tiny_study_inputs(3000, eval_batches=2)
     return long_context_arms(seed, (None, ids, ids), model, run, arms,
                              n_windows=3), ids, model
 
