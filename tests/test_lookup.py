@@ -272,3 +272,35 @@ def test_the_ladder_runs_smallest_first_and_stops_at_the_first_pass(
     assert order.index(ext) < last_h1 < min(
         i for i, j in enumerate(order)
         if j["arm"] == "mlp" and j["task"]["seq_len"] == 256)
+
+
+@pytest.mark.parametrize("case", ["none", "earlier", "saved"])
+def test_an_interrupted_rung_says_truthfully_what_it_kept(
+        case, tmp_path, monkeypatch, capsys):
+    """Ctrl-C or SIGTERM during a rung: the one line names what is on disk.
+    No checkpoint written and none before: the steps are lost (the window
+    MLP never checkpoints); an earlier checkpoint kept: it is as it was; a
+    checkpoint written: the step it holds."""
+    import signal
+
+    import run_lookup
+    from transformer.training import TrainingInterrupted
+    job = {"name": "mlp_T=256_x", "phase": "ladder"}
+    monkeypatch.setattr(run_lookup, "OUT", tmp_path / "out")
+    monkeypatch.setattr(run_lookup, "CKPT", tmp_path / "ckpt")
+    monkeypatch.setitem(run_lookup.JOBS, "ladder", lambda: [job])
+    saved = 250 if case == "saved" else None
+    if case == "earlier":
+        (tmp_path / "ckpt").mkdir()
+        (tmp_path / "ckpt" / f"{job['name']}.pt").write_bytes(b"old")
+
+    def interrupted(job):
+        raise TrainingInterrupted(300, saved, signal.SIGTERM)
+    monkeypatch.setattr(run_lookup, "run", interrupted)
+    assert run_lookup.main(["ladder"]) == 128 + signal.SIGTERM
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("mlp_T=256_x: interrupted by SIGTERM at step 300")
+    want = {"none": "no checkpoint was written",
+            "earlier": "is as it was", "saved": "holds step 250"}[case]
+    assert want in line and "\n" not in line
+    assert ("300 steps are lost" in line) == (case == "none")

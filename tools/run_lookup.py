@@ -320,11 +320,18 @@ def main(argv):
         try:
             rec = run(job)
         except TrainingInterrupted as stop:  # Ctrl-C or SIGTERM
+            ckpt = CKPT / f"{job['name']}.pt"
+            saved = (f"{ckpt} holds step {stop.saved_step} (run the same "
+                     "command to resume)" if stop.saved_step is not None
+                     else f"{ckpt} is as it was (run the same command to "
+                     "resume from it)" if ckpt.is_file() else
+                     "no checkpoint was written (the window MLP's runs are "
+                     "never checkpointed, an attention run only every "
+                     f"{CURVE_EVERY} steps): its {stop.step} steps are lost "
+                     "and the same command starts it again")
             print(f"{job['name']}: interrupted by "
                   f"{signal.Signals(stop.signum).name} at step {stop.step}; "
-                  f"{CKPT / (job['name'] + '.pt')} holds step "
-                  f"{stop.saved_step or 0} (run the same command to "
-                  f"resume); finished rungs are kept", file=sys.stderr)
+                  f"{saved}; finished rungs are kept", file=sys.stderr)
             return 128 + stop.signum
         path = OUT / job["phase"] / f"{job['name']}.json"
         atomic_write(path, json.dumps(rec, indent=1) + "\n")
