@@ -12,7 +12,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "transformer"
 
 LAYERS = [
-    ("math", {"softmax", "stats", "verdicts"}),
+    ("math", {"checks", "softmax", "stats", "verdicts"}),
     ("data and tokenizer", {"data", "tokenizer", "tokenizer_files"}),
     ("mechanism", {"attention", "positions", "kernels", "grouped", "tiled"}),
     # the cost model is formulas over the model's config (and a timing of

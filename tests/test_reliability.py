@@ -661,7 +661,7 @@ def _lib_cases():
         "attention(scale='x')": (
             lambda: attention(q, q, q, scale="x"), "scale: expected None"),
         "causal_mask(T=True)": (
-            lambda: causal_mask(True), "T: expected a positive int"),
+            lambda: causal_mask(True), "T: expected an int >= 1"),
         "top_p_filter(p=1e-300)": (
             lambda: top_p_filter(probs, 1e-300),
             lambda p: p.argmax() == probs.argmax() and p.sum() == 1

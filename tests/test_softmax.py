@@ -106,3 +106,49 @@ def test_bad_input():
     for call, message in cases:
         with pytest.raises(ValueError, match=message):
             call()
+
+
+# ---------------------------------------------- transformer.checks (chapter 01)
+
+@pytest.mark.parametrize("value, kw, message", [
+    (True, {"low": 1}, "n: expected an int >= 1, got True"),
+    (2.0, {"low": 1}, "n: expected an int >= 1, got 2.0"),
+    (0, {"low": 1}, "n: expected an int >= 1, got 0"),
+    (9, {"low": 1, "high": 8}, "n: expected an int in [1, 8], got 9"),
+    (9, {"high": 8}, "n: expected an int <= 8, got 9"),
+    ("3", {"low": 0, "none_ok": True},
+     "n: expected None or an int >= 0, got '3'"),
+])
+def test_check_int_names_the_argument_and_range(value, kw, message):
+    from transformer.checks import check_int
+    with pytest.raises(ValueError) as err:
+        check_int("n", value, **kw)
+    assert str(err.value) == message
+
+
+@pytest.mark.parametrize("value, kw, message", [
+    (float("nan"), {}, "x: expected a finite number, got nan"),
+    (float("inf"), {"low": 0}, "x: expected a finite number >= 0, got inf"),
+    (float("nan"), {"finite": False}, "x: expected a number, got nan"),
+    (False, {}, "x: expected a finite number, got False"),
+    (0, {"low": 0, "low_open": True}, "x: expected a finite number > 0, got 0"),
+    (1.0, {"low": 0, "high": 1, "high_open": True},
+     "x: expected a finite number in [0, 1), got 1.0"),
+    (0.0, {"low": 0, "high": 1, "low_open": True, "high_open": True},
+     "x: expected a finite number in (0, 1), got 0.0"),
+])
+def test_check_number_names_the_argument_and_range(value, kw, message):
+    from transformer.checks import check_number
+    with pytest.raises(ValueError) as err:
+        check_number("x", value, **kw)
+    assert str(err.value) == message
+
+
+def test_checks_accept_what_they_promise():
+    from transformer.checks import check_int, check_number, is_int
+    check_int("n", 8, 1, 8)
+    check_int("n", None, 1, none_ok=True)
+    check_number("x", float("inf"), 0, low_open=True, finite=False)
+    check_number("x", 1, 0, 1)  # an int is a number; bounds closed
+    check_number("x", None, none_ok=True)
+    assert is_int(3) and not is_int(True) and not is_int(3.0)

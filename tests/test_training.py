@@ -23,7 +23,8 @@ from transformer.checkpoint import (check_weights_fit, load_checkpoint,
                                     remove_stale_temporaries, save_checkpoint)
 from transformer.training import (PRESETS, TrainConfig, TrainingInterrupted,
                                   configs_from, evaluate, evaluate_text,
-                                  init_model, read_text, text_stream, train)
+                                  init_model, read_text, step_function,
+                                  text_stream, train)
 
 V = 32
 
@@ -93,7 +94,7 @@ def test_configs_from_applies_typed_overrides_and_rejects():
         configs_from("huge")
     with pytest.raises(ValueError, match="unknown field 'n_layers'"):
         configs_from("tiny", {"n_layers": 2})
-    with pytest.raises(ValueError, match="^n_layer: expected a positive"):
+    with pytest.raises(ValueError, match="^n_layer: expected an int >= 1"):
         configs_from("tiny", {"n_layer": "two"})
     with pytest.raises(ValueError, match="^steps:"):
         configs_from("tiny", {"steps": -5})
@@ -132,6 +133,26 @@ def test_evaluate_full_pass_counts_every_target_once():
         want = -logp.gather(-1, y[..., None]).mean().item()
     got = evaluate(model, va, T, 5, None)
     assert got == pytest.approx(want, rel=0, abs=1e-5)
+
+
+def test_step_function_is_trains_step_bit_for_bit():
+    """tools/bench_training times step_function: its steps must leave the
+    weights exactly where `train`'s loop leaves them on the same batches."""
+    tr, _ = streams()
+    cfg = quick_cfg(eval_interval=100, checkpoint_interval=0)
+
+    def batches(gen):
+        return get_batch(tr, cfg.batch_size, 16, gen)
+
+    a, b = init_model(small_config(), 0), init_model(small_config(), 0)
+    train(a, batches, None, cfg)
+    step = step_function(b, cfg, batches)
+    made = [step() for _ in range(cfg.steps)]
+    assert made == [True] * cfg.steps
+    for (name, pa), pb in zip(a.named_parameters(), b.parameters()):
+        assert torch.equal(pa, pb), name
+    with pytest.raises(ValueError, match="batches: expected a function"):
+        step_function(b, cfg, tr)
 
 
 # ------------------------------------------------------------------ train

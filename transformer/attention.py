@@ -17,6 +17,7 @@ import math
 
 import torch
 
+from transformer.checks import check_int, check_number, is_int
 from transformer.softmax import softmax
 
 
@@ -29,9 +30,8 @@ def causal_mask(T: int, S: int | None = None,
     S = T this is the lower triangle. Implements eq. (eq-causal-mask),
     chapter "Attention: a lookup that is learned", move 3."""
     S = T if S is None else S
-    if not (isinstance(T, int) and not isinstance(T, bool) and T >= 1):
-        raise ValueError(f"T: expected a positive int, got {T!r}")
-    if not (isinstance(S, int) and not isinstance(S, bool) and S >= T):
+    check_int("T", T, 1)
+    if not (is_int(S) and S >= T):
         raise ValueError(f"S: expected an int >= T = {T}, got {S!r}")
     i = torch.arange(T, device=device).unsqueeze(1)  # (T, 1)
     j = torch.arange(S, device=device).unsqueeze(0)  # (1, S)
@@ -87,10 +87,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     (eq-attention), chapter "Attention: a lookup that is learned", moves
     1-5."""
     check_qkv(q, k, v, mask)
-    if scale is not None and (isinstance(scale, bool) or not isinstance(
-            scale, (int, float)) or not math.isfinite(scale)):
-        raise ValueError(f"scale: expected None or a finite number, "
-                         f"got {scale!r}")
+    check_number("scale", scale, none_ok=True)
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
     scores = (q @ k.transpose(-2, -1)) * scale  # (B, H, T, S), moves 1-2

@@ -35,6 +35,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from transformer.checks import check_int
 from transformer.data import atomic_write
 from transformer.stats import (as_values, bootstrap_ci, check_level,
                                percentile_interval, resample_units)
@@ -47,11 +48,16 @@ def _as_samples(samples, name: str = "samples") -> list[float]:
 
 
 def _check_counts(warmup: int, repeat: int, number: int) -> None:
-    for name, value, least in (("warmup", warmup, 0), ("repeat", repeat, 1),
-                               ("number", number, 1)):
-        if not isinstance(value, int) or value < least:
-            raise ValueError(f"{name}: expected an int >= {least}, "
-                             f"got {value!r}")
+    check_int("warmup", warmup, 0)
+    check_int("repeat", repeat, 1)
+    check_int("number", number, 1)
+
+
+def _check_nbytes(nbytes: int) -> None:
+    check_int("nbytes", nbytes, 4096)
+    if nbytes % 4096:
+        raise ValueError(f"nbytes: expected a multiple of 4096 (a page), "
+                         f"got {nbytes}")
 
 
 def _timed(fn: Callable[[], object], number: int,
@@ -354,11 +360,8 @@ def read_bandwidth(nbytes: int = 2 ** 29, repeat: int = 5,
     higher median, and that median.
 
     Appendix "Measuring honestly", section "Read bandwidth"."""
-    if isinstance(nbytes, bool) or not isinstance(nbytes, int) \
-            or nbytes < 4096 or nbytes % 4096:
-        raise ValueError(f"nbytes: expected an int >= 4096 and a multiple "
-                         f"of 4096, got {nbytes!r}")
-    _check_counts(0, repeat, 1)
+    _check_nbytes(nbytes)
+    check_int("repeat", repeat, 1)
     buf = torch.ones(nbytes // 4)  # (n,) float32, every page touched
     mat = buf.view(1024, -1)  # (1024, n / 1024), a view
     row = torch.ones(1, 1024)  # (1, 1024)
@@ -396,11 +399,8 @@ def peak_read_bandwidth(nbytes: int = 2 ** 29, trials: int = 20,
     the reader with the best single trial and that trial's rate, the
     bandwidth a floor must use. Appendix "Measuring honestly", section
     "Read bandwidth"."""
-    if isinstance(nbytes, bool) or not isinstance(nbytes, int) \
-            or nbytes < 4096 or nbytes % 4096:
-        raise ValueError(f"nbytes: expected an int >= 4096 and a multiple "
-                         f"of 4096, got {nbytes!r}")
-    _check_counts(0, trials, 1)
+    _check_nbytes(nbytes)
+    check_int("trials", trials, 1)
     load_start = list(os.getloadavg()) if hasattr(os, "getloadavg") \
         else None
     buf = torch.ones(nbytes // 4)  # (n,) float32, every page touched

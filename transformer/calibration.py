@@ -23,15 +23,13 @@ from pathlib import Path
 
 import torch
 
+from transformer.checks import check_int, check_number
 from transformer.softmax import check_targets, log_softmax, softmax
 
 
 def _check_temperature(temperature, name="temperature") -> None:
     """A finite number > 0, else a ValueError naming `name`."""
-    if isinstance(temperature, bool) or not isinstance(
-            temperature, (int, float)) or not 0 < temperature < math.inf:
-        raise ValueError(f"{name}: expected a finite number > 0, "
-                         f"got {temperature!r}")
+    check_number(name, temperature, 0, low_open=True)
 
 
 def top1_confidence(logits: torch.Tensor, targets: torch.Tensor,
@@ -74,8 +72,7 @@ def _check_confidence(confidence, correct) -> None:
 
 
 def _check_n_bins(n_bins) -> None:
-    if isinstance(n_bins, bool) or not isinstance(n_bins, int) or n_bins < 1:
-        raise ValueError(f"n_bins: expected an int >= 1, got {n_bins!r}")
+    check_int("n_bins", n_bins, 1)
 
 
 @dataclass(frozen=True)
@@ -242,6 +239,7 @@ def heldout_windows(model, tok, n_windows: int = 128, window: int = 128):
     logits (W, T, V), number of held-out tokens). Section "The trained
     model on held-out text"."""
     from transformer.data import load_corpus, train_val_split
+    from transformer.training import forward_batches
     _, val_text = train_val_split(load_corpus())
     val_ids = torch.tensor(tok.encode(val_text),
                            dtype=torch.int64)  # (N_val,)
@@ -250,9 +248,9 @@ def heldout_windows(model, tok, n_windows: int = 128, window: int = 128):
                             n_windows).long()  # (W,)
     chunks = val_ids[starts[:, None] + torch.arange(T + 1)]  # (W, T + 1)
     x, y = chunks[:, :-1], chunks[:, 1:]  # (W, T) each
-    with torch.no_grad():
-        logits = torch.cat([model(x[i:i + 16])[0]
-                            for i in range(0, n_windows, 16)])  # (W, T, V)
+    batches = [(x[i:i + 16], y[i:i + 16]) for i in range(0, n_windows, 16)]
+    logits = torch.cat(forward_batches(
+        model, batches, lambda logits, _: logits.cpu()))  # (W, T, V)
     return x, y, logits, len(val_ids)
 
 

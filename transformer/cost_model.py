@@ -25,6 +25,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from transformer.checks import check_int
 from transformer.model import GPTConfig, gpt_param_count
 
 GPT2_SMALL = GPTConfig(vocab_size=50257, block_size=1024, n_layer=12,
@@ -102,10 +103,7 @@ def param_count(config=None, **overrides) -> int:
 
 def _check_positive(**values) -> None:
     for name, value in values.items():
-        if not isinstance(value, int) or isinstance(value, bool) \
-                or value < 1:
-            raise ValueError(f"{name}: expected a positive int, "
-                             f"got {value!r}")
+        check_int(name, value, 1)
 
 
 def forward_flops(T: int, B: int = 1, config=None,

@@ -17,6 +17,7 @@ import math
 import torch
 
 from transformer.attention import attention
+from transformer.checks import check_int, is_int
 from transformer.kernels import softmax_rows_
 from transformer.softmax import softmax
 
@@ -96,10 +97,7 @@ def grouped_cache_bytes(config, S: int, B: int = 1,
     n_kv_head = n_head it is eq. (eq-kv-cache-bytes). Chapter
     "Grouped-query attention", section "Measured"."""
     for name, value in (("S", S), ("B", B), ("bytes_per", bytes_per)):
-        if isinstance(value, bool) or not isinstance(value, int) \
-                or value < 1:
-            raise ValueError(f"{name}: expected a positive int, "
-                             f"got {value!r}")
+        check_int(name, value, 1)
     return (2 * config.n_layer * B * config.kv_heads * config.head_dim * S
             * bytes_per)
 
@@ -116,8 +114,7 @@ def mean_pool_kv(model, n_kv_head: int):
     if cfg.kv_heads != H:
         raise ValueError(f"model: expected a multi-head model (n_kv_head "
                          f"= n_head = {H}), got n_kv_head {cfg.kv_heads}")
-    if isinstance(n_kv_head, bool) or not isinstance(n_kv_head, int) \
-            or n_kv_head < 1 or H % n_kv_head:
+    if not is_int(n_kv_head) or n_kv_head < 1 or H % n_kv_head:
         raise ValueError(f"n_kv_head: expected a divisor of n_head = {H}, "
                          f"got {n_kv_head!r}")
     g = H // n_kv_head

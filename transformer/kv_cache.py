@@ -18,6 +18,7 @@ __all__ = [
 
 import torch
 
+from transformer.checks import check_int, check_number
 from transformer.model import GPT
 from transformer.sampling import check_decoding, sample_next
 
@@ -35,10 +36,7 @@ class KVCache:
                  dtype: torch.dtype = torch.float32, device=None):
         for name, value in (("B", B), ("n_head", n_head),
                             ("max_len", max_len), ("head_dim", head_dim)):
-            if isinstance(value, bool) or not isinstance(value, int) \
-                    or value < 1:
-                raise ValueError(f"{name}: expected an int >= 1, "
-                                 f"got {value!r}")
+            check_int(name, value, 1)
         shape = (B, n_head, max_len, head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)  # (B,H,S,Dh)
         self.v = torch.zeros(shape, dtype=dtype, device=device)  # (B,H,S,Dh)
@@ -93,10 +91,7 @@ def _check_prompt(idx) -> None:
 
 
 def _check_count(max_new_tokens) -> None:
-    if isinstance(max_new_tokens, bool) or not isinstance(
-            max_new_tokens, int) or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens: expected an int >= 0, "
-                         f"got {max_new_tokens!r}")
+    check_int("max_new_tokens", max_new_tokens, 0)
 
 
 def _check_options(temperature, top_k, top_p, use_cache) -> None:
@@ -254,8 +249,7 @@ def decode_step_bytes(config: GPTConfig, S: int, B: int = 1,
     if not isinstance(config, GPTConfig):
         raise ValueError(f"config: expected a GPTConfig, "
                          f"got {type(config).__name__}")
-    if isinstance(S, bool) or not isinstance(S, int) or S < 1:
-        raise ValueError(f"S: expected an int >= 1, got {S!r}")
+    check_int("S", S, 1)
     D = config.n_embd
     unread = (config.block_size - 1) * D \
         if config.pos_encoding == "learned" else 0  # other position rows
@@ -273,8 +267,6 @@ def decode_floor(config: GPTConfig, S: int, bandwidth: float, B: int = 1,
     per second) is the peak sustained read rate (peak_read_bandwidth);
     with a median rate, a reference line only. Chapter "The KV cache",
     section "The decode roofline", move 7."""
-    if isinstance(bandwidth, bool) or not isinstance(
-            bandwidth, (int, float)) or not bandwidth > 0:
-        raise ValueError(f"bandwidth: expected bytes per second > 0, "
-                         f"got {bandwidth!r}")
+    check_number("bandwidth", bandwidth, 0, low_open=True,
+                 finite=False)  # bytes per second; inf allowed
     return decode_step_bytes(config, S, B, bytes_per)["total"] / bandwidth

@@ -9,7 +9,10 @@ __all__ = [
     "lookup_mlp_params",
     "lookup_mlp",
     "train_lookup",
+    "lookup_answers",
     "evaluate_lookup",
+    "reach_bands",
+    "window_reach",
     "attention_maps",
     "previous_token_score",
     "induction_score",
@@ -25,6 +28,7 @@ import math
 import torch
 
 from transformer.attention import causal_mask
+from transformer.checks import check_int
 from transformer.model import GPT, GPTConfig, Linear
 from transformer.positions import apply_rope
 from transformer.softmax import cross_entropy, log_softmax
@@ -46,9 +50,7 @@ def _check_task(task: dict) -> dict:
         raise ValueError(f"task: unknown fields {unknown}, expected {want}")
     t = {**LOOKUP_TASK, **task}
     for name in want[:4]:
-        v = t[name]
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise ValueError(f"{name}: expected a positive int, got {v!r}")
+        check_int(name, t[name], 1)
     if t["seq_len"] % 2 or t["seq_len"] < 4:
         raise ValueError(f"seq_len: expected an even number >= 4, got "
                          f"{t['seq_len']!r}")
@@ -77,8 +79,7 @@ def lookup_batch(n_seq: int, generator: torch.Generator,
     the share of bound values equal to the target (the accuracy of
     "answer with any value bound so far")}."""
     t = _check_task(task)
-    if not isinstance(n_seq, int) or isinstance(n_seq, bool) or n_seq < 1:
-        raise ValueError(f"n_seq: expected a positive int, got {n_seq!r}")
+    check_int("n_seq", n_seq, 1)
     B, T, K, V = n_seq, t["seq_len"], t["n_keys"], t["n_values"]
     P, m, filler = T // 2, (t["window"] - 1) // 2, K + V
     # flat Python lists: a nested tensor.tolist() costs more than the model
@@ -128,20 +129,24 @@ LOOKUP_INITS = ("gpt2", "torch")
 
 
 def lookup_gpt(task: dict, n_embd: int, n_head: int = 1,
-               init: str = "gpt2", seed: int = 0) -> GPT:
+               init: str = "gpt2", seed: int = 0,
+               window: int | None = None) -> GPT:
     """E15b's attention arm: the book's GPT, two layers, pre-norm, RoPE,
     tied embeddings, over the task's K + V + 1 ids and T positions,
     initialised from torch.manual_seed(seed) with GPT-2's scheme ("gpt2",
     the model's own) or PyTorch's defaults ("torch": every linear map
     U(-1/sqrt(fan_in), +1/sqrt(fan_in)), weights and biases, the table
-    N(0, 1)). Section "E15b"."""
+    N(0, 1)); `window` gives both layers a sliding window of that many
+    keys (chapter "Sliding-window attention", E39: the same initial
+    weights, a window has none). Section "E15b"."""
     t = _check_task(task)
     if init not in LOOKUP_INITS:
         raise ValueError(f"init: expected one of {LOOKUP_INITS}, got "
                          f"{init!r}")
     cfg = GPTConfig(vocab_size=t["n_keys"] + t["n_values"] + 1,
                     block_size=t["seq_len"], n_layer=2, n_head=n_head,
-                    n_embd=n_embd, pos_encoding="rope")
+                    n_embd=n_embd, pos_encoding="rope",
+                    attn_window=window)
     torch.manual_seed(seed)
     model = GPT(cfg)
     if init == "torch":
@@ -170,9 +175,7 @@ class LookupMLP(torch.nn.Module):
         for name, v in (("vocab_size", vocab_size), ("window", window),
                         ("n_embd", n_embd), ("hidden", hidden),
                         ("n_hidden", n_hidden)):
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"{name}: expected a positive int, "
-                                 f"got {v!r}")
+            check_int(name, v, 1)
         self.vocab_size, self.window = vocab_size, window
         self.wte = torch.nn.Embedding(vocab_size + 1, n_embd)  # pad last
         dims = [window * n_embd] + [hidden] * n_hidden
@@ -262,13 +265,13 @@ def train_lookup(model: torch.nn.Module, task: dict, steps: int,
                  resume=checkpoint_path is not None, callback=callback)
 
 
-def evaluate_lookup(model: torch.nn.Module, task: dict, n_seq: int = 1024,
-                    seed: int = LOOKUP_EVAL_SEED, chunk: int = 256) -> dict:
-    """Accuracy (argmax) and loss (nats) at the answer positions of n_seq
-    held-out sequences: overall, inside the task's window (distance <= W -
-    1), outside it, and beyond half the sequence (distance > T / 2; None if
-    no such query); with both chance levels, 1 / V and "copy any bound
-    value". Section "E15b"."""
+def lookup_answers(model: torch.nn.Module, task: dict, n_seq: int = 1024,
+                   seed: int = LOOKUP_EVAL_SEED, chunk: int = 256) -> dict:
+    """The model's answers at the query positions of n_seq held-out
+    sequences (their own generator, seeded by `seed`), one entry per query:
+    {"right": (N,) float 1 where the argmax is the value, "loss": (N,)
+    nats, "dist": (N,) query-key distance, "copy": (N,) the "copy any
+    bound value" accuracy there}. Section "E15b"."""
     t = _check_task(task)
     g = torch.Generator().manual_seed(seed)
     right, loss, dist, copy = [], [], [], []
@@ -284,18 +287,60 @@ def evaluate_lookup(model: torch.nn.Module, task: dict, n_seq: int = 1024,
             dist.append(d["dist"][a])
             copy.append(d["copy"][a])
     model.train()
-    right, loss = torch.cat(right).float(), torch.cat(loss)
-    dist, copy = torch.cat(dist), torch.cat(copy)
-    inside, far = dist <= t["window"] - 1, dist > t["seq_len"] // 2
+    return {"right": torch.cat(right).float(), "loss": torch.cat(loss),
+            "dist": torch.cat(dist), "copy": torch.cat(copy)}
 
-    def acc(mask):
-        return right[mask].mean().item() if bool(mask.any()) else None
-    return {"acc": right.mean().item(), "loss": loss.mean().item(),
-            "acc_in": acc(inside), "acc_out": acc(~inside),
-            "acc_far": acc(far), "n": int(right.numel()),
+
+def _accuracy(right: torch.Tensor, mask: torch.Tensor):
+    return right[mask].mean().item() if bool(mask.any()) else None
+
+
+def evaluate_lookup(model: torch.nn.Module, task: dict, n_seq: int = 1024,
+                    seed: int = LOOKUP_EVAL_SEED, chunk: int = 256) -> dict:
+    """Accuracy (argmax) and loss (nats) at the answer positions of n_seq
+    held-out sequences: overall, inside the task's window (distance <= W -
+    1), outside it, and beyond half the sequence (distance > T / 2; None if
+    no such query); with both chance levels, 1 / V and "copy any bound
+    value". Section "E15b"."""
+    t = _check_task(task)
+    a = lookup_answers(model, t, n_seq, seed, chunk)
+    right, dist = a["right"], a["dist"]
+    inside, far = dist <= t["window"] - 1, dist > t["seq_len"] // 2
+    return {"acc": right.mean().item(), "loss": a["loss"].mean().item(),
+            "acc_in": _accuracy(right, inside),
+            "acc_out": _accuracy(right, ~inside),
+            "acc_far": _accuracy(right, far), "n": int(right.numel()),
             "n_in": int(inside.sum()), "n_far": int(far.sum()),
-            "copy_chance": copy.mean().item(),
+            "copy_chance": a["copy"].mean().item(),
             "chance": 1 / t["n_values"]}
+
+
+def reach_bands(dist: torch.Tensor, window: int) -> dict:
+    """E39's three distance bands for a sliding window of `window` keys
+    (chapter "Sliding-window attention"): a query at distance d needs the
+    value token d - 1 back, so "hop" (d <= W) is within one window,
+    "stack" (W < d <= 2W - 1) only within two layers' stacked reach
+    2(W - 1), "beyond" (d > 2W - 1) within neither. dist (N,) -> three
+    (N,) bool masks."""
+    check_int("window", window, 2)
+    return {"hop": dist <= window,
+            "stack": (dist > window) & (dist <= 2 * window - 1),
+            "beyond": dist > 2 * window - 1}
+
+
+def window_reach(model: torch.nn.Module, task: dict, windows,
+                 n_seq: int = 4096, seed: int = LOOKUP_EVAL_SEED) -> dict:
+    """Accuracy in each of reach_bands' bands for each W in `windows`
+    ({"hop_W", "stack_W", "beyond_W"}, None where a band holds no query)
+    and the number of queries in each ("n_hop_W", ...), on n_seq held-out
+    sequences. E39, chapter "Sliding-window attention"."""
+    a = lookup_answers(model, task, n_seq, seed)
+    out = {}
+    for w in windows:
+        for band, mask in reach_bands(a["dist"], w).items():
+            out[f"{band}_{w}"] = _accuracy(a["right"], mask)
+            out[f"n_{band}_{w}"] = int(mask.sum())
+    return out
 
 
 def attention_maps(model: GPT, x: torch.Tensor) -> list[torch.Tensor]:

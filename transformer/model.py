@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from transformer import kernels
+from transformer.checks import check_int, check_number
 from transformer.attention import attention, causal_mask
 from transformer.grouped import grouped_decode, grouped_heads
 from transformer.tiled import tiled_attention
@@ -111,17 +112,9 @@ def _check_config(c: GPTConfig) -> None:
     "Multi-head attention, the block and the GPT model", section "The
     configuration"."""
     for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
-        value = getattr(c, name)
-        if not (isinstance(value, int) and not isinstance(value, bool)
-                and value >= 1):
-            raise ValueError(f"{name}: expected a positive int, "
-                             f"got {value!r}")
+        check_int(name, getattr(c, name), 1)
     for name in ("ffn_mult", "rope_base", "dropout", "norm_eps"):
-        value = getattr(c, name)  # a real, finite number; never a bool
-        if (isinstance(value, bool) or not isinstance(value, (int, float))
-                or not math.isfinite(value)):
-            raise ValueError(f"{name}: expected a finite number, "
-                             f"got {value!r}")
+        check_number(name, getattr(c, name))  # real, finite, not a bool
     if c.n_embd % c.n_head:
         raise ValueError(f"n_embd: expected a multiple of n_head = "
                          f"{c.n_head}, got {c.n_embd}")

@@ -14,35 +14,22 @@ from collections.abc import Iterable
 
 import torch
 
+from transformer.checks import check_int, check_number
 from transformer.kernels import cache_chunks
-
-
-def _check_number(name: str, value, low: float, high: float | None = None,
-                  high_open: bool = False) -> None:
-    """Raise ValueError unless low <= value (< or <=) high, finite."""
-    ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
-          and math.isfinite(value) and value >= low)
-    if ok and high is not None:
-        ok = value < high if high_open else value <= high
-    if not ok:
-        upper = "" if high is None else (
-            f" and {'<' if high_open else '<='} {high}")
-        raise ValueError(f"{name}: expected a finite number >= {low}{upper}, "
-                         f"got {value!r}")
 
 
 def _check_hyperparameters(group: dict) -> None:
     """Raise ValueError unless an AdamW parameter group's lr, betas, eps
     and weight_decay are in range."""
-    _check_number("lr", group["lr"], 0.0)
+    check_number("lr", group["lr"], 0.0)
     betas = group["betas"]
     if not (isinstance(betas, (tuple, list)) and len(betas) == 2):
         raise ValueError(f"betas: expected a pair (beta1, beta2), "
                          f"got {betas!r}")
-    _check_number("betas[0]", betas[0], 0.0, 1.0, high_open=True)
-    _check_number("betas[1]", betas[1], 0.0, 1.0, high_open=True)
-    _check_number("eps", group["eps"], 0.0)
-    _check_number("weight_decay", group["weight_decay"], 0.0)
+    check_number("betas[0]", betas[0], 0.0, 1.0, high_open=True)
+    check_number("betas[1]", betas[1], 0.0, 1.0, high_open=True)
+    check_number("eps", group["eps"], 0.0)
+    check_number("weight_decay", group["weight_decay"], 0.0)
 
 
 def _adamw_update(p: torch.Tensor, g: torch.Tensor, m: torch.Tensor,
@@ -121,15 +108,11 @@ def lr_at(step: int, max_lr: float, warmup_steps: int, total_steps: int,
     Implements eq. (eq-lr-schedule), chapter "Optimization and parameter
     updates", section "The learning-rate schedule: warmup, then cosine
     decay"."""
-    for name, value in [("step", step), ("warmup_steps", warmup_steps),
-                        ("total_steps", total_steps)]:
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise ValueError(f"{name}: expected an int, got {value!r}")
-    _check_number("step", step, 0)
-    _check_number("total_steps", total_steps, 1)
-    _check_number("warmup_steps", warmup_steps, 0, total_steps)
-    _check_number("max_lr", max_lr, 0.0)
-    _check_number("min_lr", min_lr, 0.0, max_lr)
+    check_int("step", step, 0)
+    check_int("total_steps", total_steps, 1)
+    check_int("warmup_steps", warmup_steps, 0, total_steps)
+    check_number("max_lr", max_lr, 0.0)
+    check_number("min_lr", min_lr, 0.0, max_lr)
     if step < warmup_steps:
         return max_lr * (step + 1) / warmup_steps
     if step >= total_steps:
@@ -148,9 +131,7 @@ def clip_grad_norm(parameters: torch.Tensor | Iterable[torch.Tensor],
     skip the step); torch's clip_grad_norm_ would instead write nan.
     Implements eq. (eq-clip), chapter "Optimization and parameter
     updates", section "Gradient clipping by global norm", move 18."""
-    _check_number("max_norm", max_norm, 0.0)
-    if max_norm == 0:
-        raise ValueError("max_norm: expected a number > 0, got 0")
+    check_number("max_norm", max_norm, 0.0, low_open=True)
     if isinstance(parameters, torch.Tensor):
         parameters = [parameters]
     grads = [p.grad for p in parameters if p.grad is not None]

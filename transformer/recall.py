@@ -20,6 +20,7 @@ __all__ = [
 
 import torch
 
+from transformer.checks import check_int
 from transformer.model import GPTConfig
 from transformer.softmax import cross_entropy
 from transformer.training import TrainConfig, init_model, train
@@ -47,8 +48,7 @@ def recall_batch(n_seq: int, generator: torch.Generator, n_pairs: int = 16,
     back (B, P). Section "Probe E15"."""
     for name, v in (("n_seq", n_seq), ("n_pairs", n_pairs),
                     ("n_keys", n_keys), ("n_values", n_values)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise ValueError(f"{name}: expected a positive int, got {v!r}")
+        check_int(name, v, 1)
     B, P = n_seq, n_pairs
     keys = torch.randint(0, n_keys, (B, P), generator=generator)  # (B, P)
     table = n_keys + torch.randint(0, n_values, (B, n_keys),
@@ -91,9 +91,7 @@ class WindowMLP(torch.nn.Module):
         for name, v in (("vocab_size", vocab_size), ("window", window),
                         ("n_embd", n_embd), ("hidden", hidden),
                         ("n_hidden", n_hidden)):
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"{name}: expected a positive int, "
-                                 f"got {v!r}")
+            check_int(name, v, 1)
         self.vocab_size, self.window = vocab_size, window
         self.wte = torch.nn.Embedding(vocab_size + 1, n_embd)  # pad last
         dims = [window * n_embd] + [hidden] * n_hidden

@@ -18,10 +18,10 @@ __all__ = [
 
 import copy
 import dataclasses
-import math
 
 import torch
 
+from transformer.checks import check_number, is_int
 from transformer.model import GPT
 
 
@@ -29,7 +29,7 @@ def halves_permutation(Dh: int) -> torch.Tensor:
     """P as an index: x_halves = x_interleaved[..., P] moves dimension 2i
     to i and 2i + 1 to i + Dh/2. Shapes: -> (Dh,) int64. Chapter "RoPE's
     base and conventions", move 1."""
-    if isinstance(Dh, bool) or not isinstance(Dh, int) or Dh < 2 or Dh % 2:
+    if not is_int(Dh) or Dh < 2 or Dh % 2:
         raise ValueError(f"Dh: expected an even int >= 2, got {Dh!r}")
     return torch.cat([torch.arange(0, Dh, 2), torch.arange(1, Dh, 2)])
 
@@ -78,12 +78,9 @@ def ntk_base(base: float, factor: float, Dh: int) -> float:
     """NTK-aware base for evaluating at factor times the trained length:
     base * factor^(Dh / (Dh - 2)), so the slowest pair is interpolated by
     `factor` and the fastest untouched (move 5)."""
-    for name, value, low in (("base", base, 0), ("factor", factor, 0)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                or not value > low or math.isinf(value):
-            raise ValueError(f"{name}: expected a finite number > {low}, "
-                             f"got {value!r}")
-    if isinstance(Dh, bool) or not isinstance(Dh, int) or Dh < 4 or Dh % 2:
+    check_number("base", base, 0, low_open=True)
+    check_number("factor", factor, 0, low_open=True)
+    if not is_int(Dh) or Dh < 4 or Dh % 2:
         raise ValueError(f"Dh: expected an even int >= 4 (one pair has no "
                          f"slowest-vs-fastest split), got {Dh!r}")
     return float(base) * float(factor) ** (Dh / (Dh - 2))
@@ -111,9 +108,7 @@ def rope_inv_freq(base: float, Dh: int, factor: float = 1.0
 def set_rope_base(model: GPT, base: float) -> GPT:
     """Evaluate `model` with another RoPE base (an inference-time rule such
     as ntk_base; no training), in place. Returns the model."""
-    if isinstance(base, bool) or not isinstance(base, (int, float)) \
-            or not base > 0 or math.isinf(base):
-        raise ValueError(f"base: expected a finite number > 0, got {base!r}")
+    check_number("base", base, 0, low_open=True)
     for block in model.blocks:
         block.attn.rope_base = float(base)
     return model

@@ -12,10 +12,9 @@ __all__ = [
 ]
 
 
-import math
-
 import torch
 
+from transformer.checks import check_int, check_number
 from transformer.softmax import log_softmax, softmax
 
 
@@ -23,19 +22,9 @@ def check_decoding(temperature, top_k, top_p) -> None:
     """The decoding options every sampler accepts, else a ValueError
     naming the option. Chapter "Sampling and decoding", section
     "Derivation: four rules on one distribution", moves 2-4."""
-    if isinstance(temperature, bool) or not isinstance(
-            temperature, (int, float)) or not temperature >= 0 \
-            or math.isinf(temperature):
-        raise ValueError(f"temperature: expected a finite number >= 0 "
-                         f"(0 means greedy), got {temperature!r}")
-    if top_k is not None and (isinstance(top_k, bool)
-                              or not isinstance(top_k, int) or top_k < 1):
-        raise ValueError(f"top_k: expected None or an int >= 1, "
-                         f"got {top_k!r}")
-    if top_p is not None and (isinstance(top_p, bool) or not isinstance(
-            top_p, (int, float)) or not 0 < top_p <= 1):
-        raise ValueError(f"top_p: expected None or a number in (0, 1], "
-                         f"got {top_p!r}")
+    check_number("temperature", temperature, 0)  # 0 means greedy
+    check_int("top_k", top_k, 1, none_ok=True)
+    check_number("top_p", top_p, 0, 1, low_open=True, none_ok=True)
 
 
 def top_k_filter(logits: torch.Tensor, k: int) -> torch.Tensor:
@@ -123,16 +112,9 @@ def _check_beam_search(model, idx, max_new_tokens, beam_width,
             or idx.dim() != 2 or idx.shape[0] != 1 or idx.shape[1] < 1:
         raise ValueError("idx: expected an int64 tensor of shape (1, T0) "
                          "with T0 >= 1 (one prompt)")
-    for name, value in (("max_new_tokens", max_new_tokens),
-                        ("beam_width", beam_width)):
-        if isinstance(value, bool) or not isinstance(value, int) \
-                or value < 1:
-            raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
-    if isinstance(length_penalty, bool) or not isinstance(
-            length_penalty, (int, float)) or not math.isfinite(
-            length_penalty):
-        raise ValueError(f"length_penalty: expected a finite number, "
-                         f"got {length_penalty!r}")
+    check_int("max_new_tokens", max_new_tokens, 1)
+    check_int("beam_width", beam_width, 1)
+    check_number("length_penalty", length_penalty)
     if not isinstance(return_hypotheses, bool):
         raise ValueError(f"return_hypotheses: expected a bool, "
                          f"got {return_hypotheses!r}")

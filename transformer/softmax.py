@@ -14,6 +14,8 @@ import math
 
 import torch
 
+from transformer.checks import check_number
+
 
 def _check_logits(z: torch.Tensor, name: str = "z") -> None:
     if not isinstance(z, torch.Tensor):
@@ -52,10 +54,7 @@ def softmax(z: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     eq. (eq-softmax-shift) with c = m, chapter "Softmax, temperature and
     calibration", moves 1-4."""
     _check_logits(z)
-    if (isinstance(temperature, bool) or not isinstance(
-            temperature, (int, float)) or not temperature > 0):
-        raise ValueError(f"temperature: expected a number > 0, "
-                         f"got {temperature!r}")
+    check_number("temperature", temperature, 0, low_open=True, finite=False)
     given = z
     z = z / temperature
     m = z.amax(dim=-1, keepdim=True)  # (..., 1)

@@ -19,6 +19,7 @@ __all__ = [
 
 import torch
 
+from transformer.checks import check_int, check_number
 from transformer.kv_cache import make_caches
 from transformer.model import GPT
 from transformer.sampling import check_decoding, next_token_probs
@@ -94,12 +95,8 @@ def _check_speculative(target, draft, idx, max_new_tokens, gamma) -> None:
         raise ValueError(f"draft: its vocabulary ({d_vocab}) differs from "
                          f"the target's ({t_vocab}); both must share one "
                          f"tokenizer")
-    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
-        raise ValueError(f"gamma: expected an int >= 1, got {gamma!r}")
-    if isinstance(max_new_tokens, bool) or not isinstance(
-            max_new_tokens, int) or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens: expected an int >= 0, "
-                         f"got {max_new_tokens!r}")
+    check_int("gamma", gamma, 1)
+    check_int("max_new_tokens", max_new_tokens, 0)
     if not isinstance(idx, torch.Tensor) or idx.dtype != torch.int64 \
             or idx.dim() != 2 or idx.shape[1] < 1:
         raise ValueError("idx: expected an int64 tensor of shape (B, T0) "
@@ -201,9 +198,7 @@ def bigram_draft(train_ids: torch.Tensor, vocab_size: int,
     the add-alpha bigram of chapter "Data, the bigram baseline and the
     entropy floor", counted on train_ids: a draft whose cost is one table
     row. Chapter "Speculative decoding", section "The code"."""
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) \
-            or not alpha > 0:
-        raise ValueError(f"alpha: expected a number > 0, got {alpha!r}")
+    check_number("alpha", alpha, 0, low_open=True, finite=False)
     counts = bigram_counts(train_ids, vocab_size).double() + alpha  # (V, V)
     model = BigramLM(vocab_size)
     with torch.no_grad():

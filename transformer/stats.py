@@ -30,6 +30,8 @@ from typing import Callable, Sequence
 
 import torch
 
+from transformer.checks import check_number
+
 
 def as_values(values, name: str = "values", least: int = 2) -> list[float]:
     """Samples as finite floats (at least `least`), else a ValueError
@@ -67,8 +69,7 @@ def check_level(level: float) -> None:
     """A confidence level strictly between 0 and 1, else a ValueError.
 
     Chapter "Evaluation uncertainty and error bars", move 3."""
-    if not isinstance(level, (int, float)) or not 0.0 < level < 1.0:
-        raise ValueError(f"level: expected a number in (0, 1), got {level!r}")
+    check_number("level", level, 0, 1, low_open=True, high_open=True)
 
 
 @dataclass(frozen=True)
@@ -106,11 +107,6 @@ def _bisect(f: Callable[[float], float], target: float, lo: float,
     return 0.5 * (lo + hi)
 
 
-def _check_q(q: float) -> None:
-    if not isinstance(q, (int, float)) or not 0.0 < q < 1.0:
-        raise ValueError(f"q: expected a probability in (0, 1), got {q!r}")
-
-
 def normal_cdf(x: float) -> float:
     """Standard normal CDF, 1/2 (1 + erf(x / sqrt 2)).
 
@@ -122,7 +118,7 @@ def normal_quantile(q: float) -> float:
     """The q-quantile Φ⁻¹(q): the x with normal_cdf(x) = q, by bisection.
 
     Chapter "Evaluation uncertainty and error bars", move 4."""
-    _check_q(q)
+    check_number("q", q, 0, 1, low_open=True, high_open=True)
     if q < 0.5:
         return -normal_quantile(1.0 - q)
     return _bisect(normal_cdf, q, 0.0, 1.0)
@@ -158,7 +154,7 @@ def t_quantile(q: float, df: float) -> float:
 
     Inverts eq. (eq-t-cdf), chapter "Evaluation uncertainty and error
     bars", move 4."""
-    _check_q(q)
+    check_number("q", q, 0, 1, low_open=True, high_open=True)
     if q < 0.5:
         return -t_quantile(1.0 - q, df)
     return _bisect(lambda x: t_cdf(x, df), q, 0.0, 1.0)

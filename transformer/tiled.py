@@ -16,6 +16,7 @@ import math
 import torch
 
 from transformer.attention import check_qkv
+from transformer.checks import check_int, check_number
 
 
 def _check_tiled(q, k, v, causal, block_size, window, scale) -> None:
@@ -25,23 +26,13 @@ def _check_tiled(q, k, v, causal, block_size, window, scale) -> None:
     check_qkv(q, k, v, None)  # the shapes and dtypes, as attention's
     if not isinstance(causal, bool):
         raise ValueError(f"causal: expected a bool, got {causal!r}")
-    if not (isinstance(block_size, int) and not isinstance(block_size, bool)
-            and block_size >= 1):
-        raise ValueError(f"block_size: expected a positive int, "
-                         f"got {block_size!r}")
-    if window is not None:
-        if not (isinstance(window, int) and not isinstance(window, bool)
-                and window >= 1):
-            raise ValueError(f"window: expected None or a positive int, "
-                             f"got {window!r}")
-        if not causal:
-            raise ValueError("window: a sliding window looks back from each"
-                             " query, so it needs causal=True")
-    if scale is not None and not (isinstance(scale, (int, float))
-                                  and not isinstance(scale, bool)
-                                  and scale > 0):
-        raise ValueError(f"scale: expected None or a positive number, "
-                         f"got {scale!r}")
+    check_int("block_size", block_size, 1)
+    check_int("window", window, 1, none_ok=True)
+    if window is not None and not causal:
+        raise ValueError("window: a sliding window looks back from each"
+                         " query, so it needs causal=True")
+    check_number("scale", scale, 0, low_open=True, finite=False,
+                 none_ok=True)
 
 
 def _tiles(T: int, S: int, block: int, causal: bool, window):

@@ -5,8 +5,10 @@ from __future__ import annotations
 __all__ = [
     "TrainConfig",
     "split_windows",
+    "forward_batches",
     "heldout_losses",
     "evaluate",
+    "step_function",
     "TrainingInterrupted",
     "train",
     "read_text",
@@ -31,6 +33,7 @@ from pathlib import Path
 import torch
 
 from transformer.baseline import get_batch
+from transformer.checks import check_int, check_number, is_int
 from transformer.checkpoint import (CheckpointWriteError, checkpoint_lock,
                                     restore_run, rng_state,
                                     save_checkpoint)
@@ -39,26 +42,6 @@ from transformer.checkpoint import (  # noqa: F401  (older imports)
 from transformer.model import GPT, GPTConfig, compile_model
 from transformer.optim import AdamW, clip_grad_norm, lr_at
 from transformer.tokenizer import BPETokenizer
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value) -> bool:
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(value))
-
-
-def _check_int(name: str, value, low: int, none_ok: bool = False) -> None:
-    """ValueError naming `name` unless `value` is an int >= `low` (or
-    None, where `none_ok`)."""
-    if none_ok and value is None:
-        return
-    if not (_is_int(value) and value >= low):
-        either = "None or " if none_ok else ""
-        raise ValueError(f"{name}: expected {either}an int >= {low}, "
-                         f"got {value!r}")
 
 
 @dataclass
@@ -95,25 +78,19 @@ class TrainConfig:
                           ("warmup_steps", 0), ("eval_interval", 1),
                           ("eval_batches", 1), ("checkpoint_interval", 0),
                           ("seed", 0)):
-            _check_int(name, getattr(self, name), low)
+            check_int(name, getattr(self, name), low)
         if self.warmup_steps > max(self.steps, 1):
             raise ValueError(f"warmup_steps: expected <= steps = "
                              f"{self.steps}, got {self.warmup_steps}")
-        _check_int("seq_len", self.seq_len, 1, none_ok=True)
+        check_int("seq_len", self.seq_len, 1, none_ok=True)
         for name in ("lr", "min_lr", "weight_decay", "grad_clip"):
-            value = getattr(self, name)
-            if not (_is_number(value) and value >= 0):
-                raise ValueError(f"{name}: expected a finite number >= 0, "
-                                 f"got {value!r}")
+            check_number(name, getattr(self, name), 0)
         if self.min_lr > self.lr:
             raise ValueError(f"min_lr: expected <= lr = {self.lr}, "
                              f"got {self.min_lr}")
         for name in ("beta1", "beta2"):
-            value = getattr(self, name)
-            if not (_is_number(value) and 0 <= value < 1):
-                raise ValueError(f"{name}: expected a number in [0, 1), "
-                                 f"got {value!r}")
-        _check_int("eval_seed", self.eval_seed, 0, none_ok=True)
+            check_number(name, getattr(self, name), 0, 1, high_open=True)
+        check_int("eval_seed", self.eval_seed, 0, none_ok=True)
         for name in ("seed", "eval_seed"):  # torch's generators: 64 bits
             if (getattr(self, name) or 0) >= 2**64:
                 raise ValueError(f"{name}: expected an int < 2**64 (a "
@@ -133,6 +110,23 @@ def split_windows(ids: torch.Tensor, block_size: int):
 
 
 @torch.no_grad()
+def forward_batches(model: torch.nn.Module, batches, score) -> list:
+    """[score(logits (B, T, V), y (B, T)) for each (x, y) in `batches`]:
+    the model's forward without gradients, in eval mode (restored after),
+    each batch moved to the model's device. The forward every held-out
+    measure runs (the losses here, the logits chapter "Calibration of a
+    trained model" calibrates)."""
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    try:
+        return [score(model(x.to(device))[0], y.to(device))
+                for x, y in batches]  # logits (B, T, V) -> score
+    finally:
+        model.train(was_training)
+
+
+@torch.no_grad()
 def heldout_losses(model: torch.nn.Module, ids: torch.Tensor,
                    block_size: int, batch_size: int, n_batches: int | None,
                    seed: int = 0) -> torch.Tensor:
@@ -148,11 +142,9 @@ def heldout_losses(model: torch.nn.Module, ids: torch.Tensor,
     mode and restored. Defined in chapter "Training", section "Held-out
     evaluation"."""
     from transformer.softmax import cross_entropy
-    _check_int("n_batches", n_batches, 1, none_ok=True)
-    _check_int("batch_size", batch_size, 1)
-    if not (_is_int(block_size) and 1 <= block_size < len(ids)):
-        raise ValueError(f"block_size: expected an int in [1, len(ids) = "
-                         f"{len(ids)}), got {block_size!r}")
+    check_int("n_batches", n_batches, 1, none_ok=True)
+    check_int("batch_size", batch_size, 1)
+    check_int("block_size", block_size, 1, len(ids) - 1)
     if n_batches is None:
         x_all, y_all = split_windows(ids, block_size)  # (n, T) each
         batches = [(x_all[i:i + batch_size], y_all[i:i + batch_size])
@@ -161,18 +153,9 @@ def heldout_losses(model: torch.nn.Module, ids: torch.Tensor,
         gen = torch.Generator().manual_seed(seed)
         batches = [get_batch(ids, batch_size, block_size, gen)
                    for _ in range(n_batches)]  # (B, T) each
-    device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
-    rows = []
-    try:
-        for x, y in batches:
-            logits, _ = model(x.to(device))  # (B, T, V)
-            rows.append(cross_entropy(logits.double(), y.to(device),
-                                      reduction="none").cpu())  # (B, T)
-    finally:
-        model.train(was_training)
-    return torch.cat(rows)  # (n, T)
+    return torch.cat(forward_batches(
+        model, batches, lambda logits, y: cross_entropy(
+            logits.double(), y, reduction="none").cpu()))  # (n, T)
 
 
 def evaluate(model: torch.nn.Module, ids: torch.Tensor, block_size: int,
@@ -293,6 +276,22 @@ def _train_step(run: _TrainingState, train_ids: torch.Tensor) -> bool:
     run.hist["lr"].append(lr)
     run.hist["grad_norm"].append(norm.item())
     return finite
+
+
+def step_function(model: torch.nn.Module, cfg: TrainConfig, batches,
+                  compile: bool = False):
+    """A function of no arguments that runs one step of `train`'s loop on
+    `model` per call (the schedule, forward, backward, clip and AdamW of
+    eq. (eq-train-step), recorded in a history of its own), drawing
+    (x, y) from `batches(generator)`; it returns whether the update was
+    made. What a benchmark of a training step times, so that it times
+    this loop's step and no copy of it (tools/bench_training.py)."""
+    if not callable(batches):
+        raise ValueError(f"batches: expected a function of a generator "
+                         f"returning (x, y), got {type(batches).__name__}")
+    run = _TrainingState(model, cfg, None, cfg.seq_len or
+                         model.config.block_size, None, None, None, compile)
+    return lambda: _train_step(run, batches)
 
 
 class TrainingInterrupted(KeyboardInterrupt):
@@ -541,9 +540,7 @@ def text_stream(text: str, vocab_size: int, cache_dir=None):
     from transformer.data import train_val_split
     if not isinstance(text, str) or len(text) < 2:
         raise ValueError("text: expected a str of at least 2 characters")
-    if not _is_int(vocab_size) or vocab_size <= 256:
-        raise ValueError(f"vocab_size: expected an int > 256 (the 256 "
-                         f"byte tokens come first), got {vocab_size!r}")
+    check_int("vocab_size", vocab_size, 257)  # the 256 bytes come first
     train_text, val_text = train_val_split(text)
     tok, _ = cached_tokenizer(train_text, vocab_size, cache_dir)
     train_ids = torch.tensor(tok.encode(train_text), dtype=torch.int64)
@@ -621,7 +618,7 @@ def configs_from(preset: str, overrides: dict | None = None
             raise ValueError(f"overrides: unknown field {name!r}; model "
                              f"fields are {sorted(model_fields)}, "
                              f"training fields {sorted(train_fields)}")
-    if "warmup_steps" not in overrides and _is_int(train_kw["steps"]):
+    if "warmup_steps" not in overrides and is_int(train_kw["steps"]):
         # a shorter run keeps the preset's warmup only if it fits
         train_kw["warmup_steps"] = min(train_kw["warmup_steps"],
                                        max(train_kw["steps"], 1))

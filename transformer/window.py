@@ -17,6 +17,7 @@ __all__ = [
 
 import torch
 
+from transformer.checks import check_int
 from transformer.tiled import tile_mask
 
 
@@ -25,10 +26,7 @@ def visible_keys(T: int, S: int, window: int) -> torch.Tensor:
     the last T positions) under eq. (eq-window-mask), counted from the
     tiled kernel's own mask. Chapter "Sliding-window attention", move 1."""
     for name, value in (("T", T), ("S", S), ("window", window)):
-        if isinstance(value, bool) or not isinstance(value, int) \
-                or value < 1:
-            raise ValueError(f"{name}: expected a positive int, "
-                             f"got {value!r}")
+        check_int(name, value, 1)
     mask = tile_mask(0, T, 0, S, S - T, True, window, "cpu")  # (T, S)
     return mask.sum(1)
 
@@ -37,10 +35,7 @@ from transformer.positions import ROPE_LAYOUTS, apply_rope
 
 
 def _check_sinks(sinks, window: int) -> None:
-    if isinstance(sinks, bool) or not isinstance(sinks, int) \
-            or not 0 <= sinks < window:
-        raise ValueError(f"sinks: expected an int in [0, window - 1] = "
-                         f"[0, {window - 1}], got {sinks!r}")
+    check_int("sinks", sinks, 0, window - 1)  # [0, window - 1]
 
 
 def _check_rope(rope) -> None:
@@ -84,10 +79,7 @@ class RollingKVCache:
     (eq-window-cache). Chapter "Sliding-window attention", moves 3-5."""
 
     def __init__(self, window: int, sinks: int = 0, rope=None):
-        if isinstance(window, bool) or not isinstance(window, int) \
-                or window < 1:
-            raise ValueError(f"window: expected a positive int, "
-                             f"got {window!r}")
+        check_int("window", window, 1)
         _check_sinks(sinks, window)
         _check_rope(rope)
         self.window, self.sinks, self.rope = window, sinks, rope
