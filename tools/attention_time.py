@@ -13,7 +13,6 @@ block's latency. Writes results/cost_model/attention_time.json.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
@@ -26,6 +25,7 @@ from transformer.bench import (benchmark, compare,  # noqa: E402
                                environment, write_json)
 from transformer.cost_model import (attention_flop_share,  # noqa: E402
                                     attention_timing_parts)
+from tool_cli import add_out, int_list, parser  # noqa: E402  (tools/)
 
 WIDTHS = [(128, 4), (384, 6)]  # (n_embd, n_head): the book's two widths
 CONTEXTS = [64, 128, 256, 512, 1024, 2048]
@@ -57,12 +57,13 @@ def measure(n_embd: int, n_head: int, T: int, repeat: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out", default=str(
-        ROOT / "results" / "cost_model" / "attention_time.json"))
-    p.add_argument("--contexts", default=",".join(map(str, CONTEXTS)))
+    p = parser(__doc__)
+    add_out(p, str(ROOT / "results" / "cost_model" / "attention_time.json"))
+    p.add_argument("--contexts", type=int_list(1),
+                   default=",".join(map(str, CONTEXTS)), metavar="T,T,...",
+                   help="context lengths (default: %(default)s)")
     args = p.parse_args(argv)
-    contexts = [int(t) for t in args.contexts.split(",")]
+    contexts = args.contexts
     runs = []
     for n_embd, n_head in WIDTHS:
         for T in contexts:

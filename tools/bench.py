@@ -14,7 +14,6 @@ Derived in the appendix "Measuring honestly" (chapters/90_measuring.md).
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -24,24 +23,23 @@ if str(ROOT) not in sys.path:
 
 from transformer.bench import (benchmark, compare, format_latency,  # noqa
                                write_json)
+from tool_cli import (add_out, add_seed, add_threads,  # noqa: E402
+                      add_timing, int_at_least, parser)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = parser(__doc__)
     p.add_argument("--name", required=True, help="record name (file stem)")
     p.add_argument("--stmt", required=True, help="statement to time (A)")
     p.add_argument("--stmt-b", help="second statement, timed interleaved")
     p.add_argument("--setup", default="pass", help="run once before timing")
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--repeat", type=int, default=30)
-    p.add_argument("--number", type=int, default=1,
-                   help="calls per timed sample")
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch threads while timing (default 1)")
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    add_timing(p, warmup=5, repeat=30, what="samples")
+    p.add_argument("--number", type=int_at_least(1), default=1, metavar="N",
+                   help="calls per timed sample (default: %(default)s)")
+    add_threads(p, help="torch threads while timing")
+    add_seed(p, help="bootstrap seed")
     p.add_argument("--unit", default="ms", choices=["s", "ms", "us"])
-    p.add_argument("--out", default=str(ROOT / "results" / "bench"),
-                   help="folder for NAME.json")
+    add_out(p, str(ROOT / "results" / "bench"), help="folder for NAME.json")
     args = p.parse_args(argv)
 
     scope: dict = {}

@@ -18,7 +18,6 @@ Usage: .venv/bin/python tools/bench_kv_cache.py [--quick] [--out PATH]
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -28,6 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import oracles  # noqa: E402  (tools/, this script's folder)
+from tool_cli import add_out, add_quick, parser  # noqa: E402  (tools/)
 from transformer.bench import (environment, latency_summary,  # noqa: E402
                                ratio_of_medians_ci, write_json)
 from transformer.kv_cache import (decode_step_times,  # noqa: E402
@@ -72,9 +72,11 @@ def lockstep(ours, hf, prompt, n):
 def bench_args(argv, doc: str):
     """A decode benchmark's command line, `--quick` and `--out PATH`; the
     run is timed on one thread from here on."""
-    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--out", default=None)
+    ap = parser(doc)
+    add_quick(ap)
+    add_out(ap, help="where the record is written (default: the file the "
+                     "tool's docstring names; under results/tmp/ with "
+                     "--quick)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     return args

@@ -32,7 +32,6 @@ passes by hand", section "Many models at once".
 """
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -56,6 +55,7 @@ from transformer.recall import (RECALL_MODEL, RECALL_RUN,  # noqa: E402
 from transformer.sweep import StackedAdamW, StackedGPT, clip_per_model  # noqa
 from transformer.sweep import train_many  # noqa: E402
 from transformer.training import TrainConfig, init_model, train  # noqa
+from tool_cli import add_out, int_at_least, parser  # noqa: E402  (tools/)
 
 
 def shapes() -> dict:
@@ -185,27 +185,23 @@ def compiled_step(mc, cfg, K, data, rounds: int, steps: int) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--rounds", type=int, default=7)
+    p = parser(__doc__)
+    p.add_argument("--rounds", type=int_at_least(2), default=7, metavar="N",
+                   help="interleaved rounds per shape (default: %(default)s)")
     p.add_argument("--shapes", nargs="*", default=None)
     p.add_argument("--compile", default="recall",
                    help="shape whose batched step is also compiled, or "
                         "'none'")
-    p.add_argument("--out", default=str(ROOT / "results" / "bench"
-                                        / "sweep.json"))
+    add_out(p, str(ROOT / "results" / "bench" / "sweep.json"))
     args = p.parse_args(argv)
-    if args.rounds < 2:
-        print("bench_sweep: --rounds: expected at least 2", file=sys.stderr)
-        return 2
     torch.set_num_threads(1)
     torch.manual_seed(0)
     all_shapes = shapes()
     names = args.shapes or list(all_shapes)
     unknown = set(names) - set(all_shapes)
     if unknown:
-        print(f"bench_sweep: --shapes: unknown {sorted(unknown)}; expected "
-              f"some of {list(all_shapes)}", file=sys.stderr)
-        return 2
+        p.error(f"argument --shapes: unknown {sorted(unknown)}; expected "
+                f"some of {list(all_shapes)}")
     env = environment()
     load_before = list(os.getloadavg())
     _, train_ids, val_ids = token_stream(ex.BYTE_VOCAB_SIZE)

@@ -39,7 +39,6 @@ import os
 
 os.environ["RAYON_NUM_THREADS"] = "1"  # before tokenizers starts its pool
 
-import argparse
 import cProfile
 import hashlib
 import tempfile
@@ -69,6 +68,7 @@ from transformer.stats import bootstrap_ci  # noqa: E402
 from transformer.tokenizer import END_OF_TEXT, GPT2_PATTERN  # noqa: E402
 import literate  # noqa: E402
 import oracles  # noqa: E402
+from tool_cli import add_quick, parser  # noqa: E402
 
 OUT = ROOT / "results" / "tokenizer"
 
@@ -400,13 +400,14 @@ def real_vocab_bench(corpus, ranks_dir, repeats, recover_repeats):
     return out
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--ranks-dir", type=Path, default=Path(
+def main(argv: list[str] | None = None) -> None:
+    p = parser(__doc__)
+    add_quick(p, help="a smoke test: a 300 kB corpus, fewer sizes and "
+                      "repeats, the records written as NAME_quick.json")
+    p.add_argument("--ranks-dir", type=Path, default=Path(
         os.environ.get("TIKTOKEN_RANKS_DIR", ROOT / "data")))
-    parser.add_argument("--sections", default="compression,benchmark,real")
-    args = parser.parse_args()
+    p.add_argument("--sections", default="compression,benchmark,real")
+    args = p.parse_args(argv)
     sections = set(args.sections.split(","))
     corpus = load_corpus()
     if args.quick:

@@ -10,9 +10,10 @@ width 384 at batch 8 x 256, vocabulary 1024; `preset_tiny` is the `tiny`
 training preset's step, batch 16 x 128), times one full training step
 (forward, backward, clip, AdamW update) of each implementation, interleaved
 round by round in a rotating order:
-  ours               transformer.GPT + transformer.AdamW + clip_grad_norm,
-                     with the fused kernels of chapter "Backward passes by
-                     hand";
+  ours               transformer.GPT stepped by the package's own training
+                     step (transformer.training.step_function: the loop
+                     `train` runs, AdamW and clipping included), with the
+                     fused kernels of chapter "Backward passes by hand";
   ours_reference     the same with fused=False: the teaching code;
   ours_compiled      ours through transformer.model.compile_model
                      (torch.compile of the book's own code, opt-in);
@@ -50,7 +51,6 @@ if "--warm-cache" not in sys.argv:
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(
         prefix="inductor-cold-")
 
-import argparse
 import gc
 import time
 from pathlib import Path
@@ -65,10 +65,10 @@ import torch  # noqa: E402
 from transformer.bench import (environment, latency_summary,  # noqa: E402
                                ratio_of_medians_ci, write_json)
 from transformer.cost_model import forward_flops  # noqa: E402
-from transformer.model import compile_model  # noqa: E402
 from transformer.model import GPT, GPTConfig  # noqa: E402
-from transformer.optim import AdamW, clip_grad_norm  # noqa: E402
-from transformer.training import PRESETS  # noqa: E402
+from transformer.training import (PRESETS, TrainConfig,  # noqa: E402
+                                  step_function)
+from tool_cli import add_out, add_threads, add_timing, parser  # noqa: E402
 
 _TINY_MODEL, _TINY_RUN = PRESETS["tiny"]  # the shape, read, not retyped
 _TINY = {k: _TINY_MODEL[k] for k in ("n_layer", "n_head", "n_embd")}
@@ -105,11 +105,14 @@ def ours_step(shape: dict, fused: bool = True, compiled: bool = False):
                     n_embd=shape["n_embd"], fused=fused)
     torch.manual_seed(0)
     model = GPT(cfg)
-    opt = AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95),
-                weight_decay=0.1)
-    run = compile_model(model) if compiled else model
-    return _stepper(model, opt, lambda x, y: run(x, y)[1],
-                    lambda: clip_grad_norm(model.parameters(), 1.0), shape)
+    # the package's own step (transformer.training.step_function): the
+    # loop `train` runs, with its schedule, clip and AdamW, at a constant
+    # learning rate (warm-up 0, minimum = peak) over a fixed batch
+    train = TrainConfig(steps=10**9, batch_size=shape["B"], lr=1e-4,
+                        min_lr=1e-4, warmup_steps=0, weight_decay=0.1,
+                        grad_clip=1.0, beta1=0.9, beta2=0.95)
+    x, y = _batch(shape)
+    return step_function(model, train, lambda gen: (x, y), compile=compiled)
 
 
 BEFORE = "bb5906a"  # the last commit before this round of speed work
@@ -178,10 +181,17 @@ def hf_step(shape: dict, attn: str):
                     clip_grad_norm_(model.parameters(), 1.0), shape)
 
 
-def _stepper(model, opt, loss_of, clip, shape):
+def _batch(shape: dict):
+    """The one fixed batch every implementation steps on: (x, y), (B, T)
+    each."""
     g = torch.Generator().manual_seed(0)
     x = torch.randint(0, V, (shape["B"], shape["T"]), generator=g)  # (B, T)
     y = torch.randint(0, V, (shape["B"], shape["T"]), generator=g)  # (B, T)
+    return x, y
+
+
+def _stepper(model, opt, loss_of, clip, shape):
+    x, y = _batch(shape)
     model.train()
 
     def step():
@@ -284,10 +294,9 @@ def run_shape(name: str, shape: dict, repeat: int, warmup: int,
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--repeat", type=int, default=8)
-    p.add_argument("--warmup", type=int, default=2)
+    p = parser(__doc__)
+    add_threads(p)
+    add_timing(p, warmup=2, repeat=8, what="training steps")
     p.add_argument("--shapes", nargs="*", default=["tiny", "small"],
                    choices=list(SHAPES))
     p.add_argument("--impls", nargs="*", choices=list(IMPLS),
@@ -297,8 +306,7 @@ def main(argv=None) -> int:
     p.add_argument("--warm-cache", action="store_true",
                    help="keep torch.compile's on-disk cache (default: a "
                    "fresh one, so compile times are cold)")
-    p.add_argument("--out", default=str(ROOT / "results" / "training"
-                                        / "bench_training.json"))
+    add_out(p, str(ROOT / "results" / "training" / "bench_training.json"))
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     record = {"threads": args.threads, "repeat": args.repeat,

@@ -17,6 +17,8 @@ import json
 import sys
 from pathlib import Path
 
+from tool_cli import parser
+
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "results" / "report" / "book_numbers.json"
 
@@ -46,9 +48,13 @@ def collect() -> dict:
         "*.ipynb")) if glued(nb)}
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str] | None = None) -> int:
+    p = parser(__doc__)
+    p.add_argument("--check", action="store_true",
+                   help="write nothing; exit 1 if the JSON is stale")
+    args = p.parse_args(argv)
     text = json.dumps(collect(), indent=1, sort_keys=True) + "\n"
-    if "--check" in argv:
+    if args.check:
         return 0 if OUT.exists() and OUT.read_text() == text else 1
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(text)
@@ -57,4 +63,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())

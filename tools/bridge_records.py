@@ -12,7 +12,6 @@ that outlive a commit".
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from transformer.bridges import bridge_record  # noqa: E402
 from transformer.experiments import (Experiment, _run_name,  # noqa: E402
                                      load_runs)
 from transformer.grid_point import CODE_COMMIT  # noqa: E402
+from tool_cli import parser  # noqa: E402  (tools/, this script's folder)
 
 
 def default_record(exp) -> str | None:
@@ -41,7 +41,7 @@ def default_record(exp) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__)
     ap.add_argument("experiment")
     ap.add_argument("--record", default=None,
                     help="file name of the record to rerun")
@@ -50,9 +50,8 @@ def main(argv: list[str] | None = None) -> int:
                    if isinstance(e, Experiment))
     exp = EXPERIMENTS.get(args.experiment)
     if args.experiment not in grids:
-        print(f"bridge_records: experiment: expected one of {grids}, got "
-              f"{args.experiment!r}", file=sys.stderr)
-        return 2
+        ap.error(f"argument experiment: expected one of {grids}, got "
+                 f"{args.experiment!r}")
     name = args.record or default_record(exp)
     if name is None:
         print(f"bridge_records: {exp.id} has no record from another commit "

@@ -37,7 +37,6 @@ propose for a chapter, as a starting point for its entry.
 """
 from __future__ import annotations
 
-import argparse
 import ast
 import re
 import sys
@@ -46,6 +45,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from literate_source import Paths, directives  # noqa: E402
+from tool_cli import parser  # noqa: E402
 
 POLICY_TAGS = ("remove-cell", "remove-input", "hide-input")
 
@@ -360,7 +360,7 @@ def suggest(name: str) -> list[tuple[str, str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = parser(__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("check")
     p = sub.add_parser("apply")
@@ -390,6 +390,7 @@ HI, RC, RI = "hide-input", "remove-cell", "remove-input"
 
 TABLE.update({
     '01_softmax': [
+        ('"""Argument checks shared by the package', HI),
         ('import math\n\nimport torch', HI),
         ('from transformer import cross_entropy, log_softmax, softmax', HI),
         ('z5 = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0])', HI),
@@ -676,6 +677,8 @@ TABLE.update({
         ('parts = []  # one box for the three tables', HI),
     ],
     '93_declarations': [
+        ('E39_WINDOWS = (8, 16)', HI),
+        ('_E39 = Probe(', HI),
         ('from transformer.model import gpt_param_count\n\n_mha', RC),
         # the declarations, moved from chapter 15 with their folding
         ('from myst_nb import glue', RC),
@@ -770,6 +773,11 @@ TABLE.update({
         # the sinks' argument checkers; E36's measurement, exported, and the
         # cells that glue its declared bounds, rerun its smoke shape and
         # recompute or judge its records
+        # E39: its smoke rerun (shown folded), the checks of the smoke
+        # record and of the declared bounds, and the verdict cell
+        ('from transformer.ablations import E39_ARMS, E39_METRICS', HI),
+        ('assert set(E39_METRICS) <= set(smoke39)', RC),
+        ('D39 = E39_DECLARED', RC),
         ('from transformer.positions import ROPE_LAYOUTS, apply_rope', HI),
         ('import dataclasses\nimport time\n\nfrom torch import nn', HI),
         ('def _long_context_scores(', HI),

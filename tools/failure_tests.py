@@ -24,7 +24,6 @@ predictions it was run against, written before the runs. One thread.
 """
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 import time
@@ -36,6 +35,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tools")]  # this checkout first
 import torch  # noqa: E402
 
 import literate  # noqa: E402
+from tool_cli import parser  # noqa: E402
 from transformer.bench import environment, write_json  # noqa: E402
 from transformer.ablations import EXPERIMENTS  # noqa: E402
 from transformer.probes import (E12_SHAPES,  # noqa: E402
@@ -157,7 +157,7 @@ RUNS = {"e13": ("E13_mutants.json", run_e13),
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = parser(__doc__)
     p.add_argument("what", choices=[*RUNS, "all"])
     p.add_argument("--mutants", nargs="+", choices=list(MUTANTS),
                    default=list(MUTANTS), help="E13's bugs to run")

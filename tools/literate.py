@@ -14,7 +14,6 @@ generated file is stale and says which command regenerates it.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 
 from literate_export import (constant_names, expected_package, export,
@@ -26,6 +25,7 @@ from literate_notebooks import (execute, generate, kernel_env,
 from literate_source import (Chapter, Paths, chapter_definition,
                              chapter_paths, directives, parse_chapter,
                              read_chapter)
+from tool_cli import parser as tool_parser
 
 __all__ = [  # what tests, tools and conftest.py use through this module
     "Chapter", "Paths", "chapter_definition", "chapter_paths",
@@ -36,7 +36,7 @@ __all__ = [  # what tests, tools and conftest.py use through this module
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = tool_parser(__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("export", help="chapters -> transformer/*.py")
     p.add_argument("--check", action="store_true",

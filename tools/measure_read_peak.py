@@ -14,7 +14,6 @@ Usage: .venv/bin/python tools/measure_read_peak.py [--quick] [--out PATH]
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -23,17 +22,20 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from transformer.bench import (environment, peak_read_bandwidth,  # noqa: E402
                                write_json)
+from tool_cli import add_out, add_quick, int_at_least, parser  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--trials", type=int, default=40)
-    ap.add_argument("--out", type=Path, default=None)
+    ap = parser(__doc__)
+    add_quick(ap, help="a smoke test: a 16 MiB buffer, 3 trials, the record "
+                       "written under results/tmp/")
+    ap.add_argument("--trials", type=int_at_least(1), default=40,
+                    metavar="N", help="timed reads per reader (default: "
+                    "%(default)s)")
+    add_out(ap, type=Path, help="where the record is written (default: "
+                                "results/kv_cache/read_peak.json; under "
+                                "results/tmp/ with --quick)")
     args = ap.parse_args(argv)
-    if args.trials < 1:
-        print("--trials: expected an int >= 1", file=sys.stderr)
-        return 2
     nbytes, trials = (2 ** 24, 3) if args.quick else (2 ** 29, args.trials)
     out = args.out or ROOT / ("results/tmp/read_peak.json" if args.quick
                               else "results/kv_cache/read_peak.json")

@@ -33,13 +33,14 @@ since moved from the chapters into appendices 92-97), and for every page.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+from tool_cli import add_out, parser
 
 ROOT = Path(__file__).resolve().parents[1]
 WIDTH = 1280
@@ -231,10 +232,9 @@ def totals(per: dict[str, dict], names) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = parser(__doc__)
     ap.add_argument("--html", default=str(ROOT / "_build" / "html"))
-    ap.add_argument("--out", default=str(ROOT / "results" / "report" /
-                                         "page_metrics.json"))
+    add_out(ap, str(ROOT / "results" / "report" / "page_metrics.json"))
     ap.add_argument("--label", default="", help="what build this is")
     ap.add_argument("--only", nargs="*", default=None,
                     help="measure only these pages (stems), print sections")

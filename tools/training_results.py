@@ -19,7 +19,6 @@ Chapter "Training"; the bugs are the chapter's teaching versions.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import math
@@ -37,12 +36,14 @@ import literate  # noqa: E402
 from transformer.baseline import (bigram_counts, bigram_loss,  # noqa: E402
                                   token_stream)
 from transformer.bench import environment, write_json  # noqa: E402
+from transformer.cli_options import parse_overrides  # noqa: E402
 from transformer.training_checks import (overfit_check, overfit_config,  # noqa
                                          shuffled_config)
 from transformer.model import GPTConfig  # noqa: E402
 from transformer.training import (PRESETS, TrainConfig,  # noqa: E402
                                   configs_from, evaluate, heldout_losses,
                                   init_model, train)
+from tool_cli import add_threads, int_at_least, parser  # noqa: E402
 
 OUT = ROOT / "results" / "training"
 ALPHA = 0.1  # the smoothing chapter 07's development set chose
@@ -137,7 +138,6 @@ def run_shuffled(args) -> dict:
 
 def run_bigram(args) -> dict:
     tok, train_ids, val_ids = token_stream(1024)
-    from transformer.cli_options import parse_overrides
     model_config, train_config = configs_from("tiny",
                                               parse_overrides(args.set))
     T = model_config.block_size
@@ -279,14 +279,22 @@ RUNS = {"e10": run_e10, "shuffled": run_shuffled, "bigram": run_bigram,
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = parser(__doc__)
     p.add_argument("run", choices=sorted(RUNS))
-    p.add_argument("--steps", type=int, default=None)
-    p.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2])
+    p.add_argument("--steps", type=int_at_least(1), default=None,
+                   metavar="N", help="e10, shuffled: training steps "
+                   "(default: 300, 200)")
+    p.add_argument("--seeds", type=int_at_least(0), nargs="+",
+                   default=[0, 1, 2], metavar="S",
+                   help="bigram, bigram-merge: seeds (default: 0 1 2)")
     p.add_argument("--set", action="append", default=[],
                    metavar="FIELD=VALUE", help="bigram: preset overrides")
-    p.add_argument("--threads", type=int, default=1)
+    add_threads(p)
     args = p.parse_args(argv)
+    try:  # before any work: a bad --set is bad input, not a traceback
+        parse_overrides(args.set)
+    except ValueError as e:
+        p.error(str(e))
     torch.set_num_threads(args.threads)
     env = environment()
     t0 = time.perf_counter()
