@@ -678,6 +678,7 @@ TABLE.update({
     ],
     '93_declarations': [
         ('E39_WINDOWS = (8, 16)', HI),
+        ('E40_BUDGETS = (400, 800)', HI),
         ('_E39 = Probe(', HI),
         ('from transformer.model import gpt_param_count\n\n_mha', RC),
         # the declarations, moved from chapter 15 with their folding
@@ -731,7 +732,7 @@ TABLE.update({
         ('def _module_tree(module: str) -> ast.Module:', HI),
         ('def model_and_train_fields() -> dict[str, tuple[str, str]]:', HI),
         ('def parse_overrides(items: list[str]) -> dict:', HI),
-        ('def _int_at_least(low: int, below: int | None = None):', HI),
+        ('def int_at_least(low: int, below: int | None = None):', HI),
         ('def _parser(verb: str, description: str, epilog: str = "") -> _Parser:', HI),
         ('def train_parser() -> _Parser:', HI),
         ('def eval_parser() -> _Parser:', HI),

@@ -14,6 +14,11 @@ only the tool's own imports.
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from transformer.cli_options import int_at_least  # noqa: E402  (no torch)
 
 __all__ = ["Parser", "parser", "int_at_least", "int_list", "add_out",
            "add_threads", "add_timing", "add_quick", "add_seed"]
@@ -33,25 +38,6 @@ def parser(doc: str | None, **kwargs) -> Parser:
     module docstring); further keywords go to argparse.ArgumentParser."""
     first = (doc or "").strip().split("\n\n")[0].strip()
     return Parser(description=first or None, **kwargs)
-
-
-def int_at_least(low: int, below: int | None = None):
-    """An argparse `type`: the text as an int in [low, below) (no upper
-    bound when `below` is None), else `expected an int >= low, got X`."""
-    def check(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"expected an int >= {low}, got {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(
-                f"expected an int >= {low}, got {value}")
-        if below is not None and value >= below:
-            raise argparse.ArgumentTypeError(
-                f"expected an int < {below}, got {value}")
-        return value
-    return check
 
 
 def int_list(low: int = 1):

@@ -250,6 +250,47 @@ _E32 = replace(
     cells=_best_cells(E6B_BEST_PRE))
 
 
+E40_BUDGETS = (400, 800)  # 1x and 2x; 4x is E21's and E32's 1,600 steps
+
+
+def _budget_cells(best: dict, budgets: tuple) -> tuple:
+    """((depth, peak lr, final lr, warm-up steps, steps), arm) for each
+    budget of a {(depth, arm): (lr, warm-up fraction)} table, depth
+    outermost so the cheap depths finish first."""
+    return tuple(sorted(
+        (((L, lr, float(f"{lr / 10:.3g}"), round(f * B), B), arm)
+         for B in budgets for (L, arm), (lr, f) in best.items()),
+        key=lambda cell: (cell[0][0], cell[0][4])))
+
+
+_E40_CELLS = _budget_cells({**E6B_BEST, **E6B_BEST_PRE}, E40_BUDGETS)
+_E40 = replace(
+    _E21, id="E40", title="E6 rebuilt's best cells at 1x and 2x the budget",
+    prediction=(
+        "1. Question 5's answer does not depend on the budget: post-norm's "
+        "failure depth (the smallest depth where it is worse than "
+        "pre-norm by more than 0.05 nats, interval wholly above) is 8 at "
+        "400, 800 and 1,600 steps; post-norm with the sqrt(D) scale and "
+        "DeepNorm are within 0.05 (mean) or better at every depth and "
+        "budget. 2. The Spearman rank correlation of the twelve "
+        "(placement, depth) differences to pre-norm is at least 0.8 "
+        "between 400 and 1,600 steps and between 800 and 1,600. 3. "
+        "Post-norm's gap at depths 8 and 16 shrinks with the budget (the "
+        "400-step gap minus the 1,600-step gap positive, interval "
+        "excluding zero)."),
+    falsifier=(
+        "a failure depth at 400 or 800 steps other than 8, decided on an "
+        "interval excluding the margin; a rank correlation below 0.5 "
+        "between 400 and 1,600 steps; a post-norm gap that grows with the "
+        "budget (400-step minus 1,600-step gap negative, interval "
+        "excluding zero)."),
+    seeds=(0, 1, 2), run=dict(_BYTE_RUN),
+    stratum=("n_layer", "lr", "min_lr", "warmup_steps", "steps"),
+    strata=tuple(dict.fromkeys(c for c, _ in _E40_CELLS)),
+    cells=_E40_CELLS, extras=(),
+    metrics=("val_loss", "below_ngram", *_REFS, "train_loss"))
+
+
 _E2 = Experiment(
     "E2", "Head count at fixed width", "n_head", (1, 2, 4, 8, 16),
     prediction=(
@@ -693,5 +734,5 @@ _E39 = Probe(
 EXPERIMENTS = {e.id: e for e in sorted((
     _E1, _E2, _E3, _E4, _E5, _E6, _E7, _E8, _E9, _E14, _E19, _E20, _E21,
     _E22, _E23, _E24, _E25, _E26, _E27, _E28, _E30, _E31, _E32, _E34, _E35,
-    _E36, _E37, _E38, _E39, *PROBES),
+    _E36, _E37, _E38, _E39, _E40, *PROBES),
     key=lambda e: int(e.id[1:]))}  # in order

@@ -12,6 +12,7 @@ __all__ = [
     "model_and_train_fields",
     "parse_value",
     "parse_overrides",
+    "int_at_least",
     "train_parser",
     "eval_parser",
     "sample_parser",
@@ -149,13 +150,13 @@ def parse_overrides(items: list[str]) -> dict:
     return out
 
 
-def _int_at_least(low: int, below: int | None = None):
+def int_at_least(low: int, below: int | None = None):
     def check(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(
-                f"expected an int, got {text!r}") from None
+                f"expected an int >= {low}, got {text!r}") from None
         if value < low:
             raise argparse.ArgumentTypeError(
                 f"expected an int >= {low}, got {value}")
@@ -187,7 +188,7 @@ def _parser(verb: str, description: str, epilog: str = "") -> _Parser:
 
 def _machine_options(p: argparse.ArgumentParser) -> None:
     """--threads and --device, for the verbs that run a model."""
-    p.add_argument("--threads", type=_int_at_least(1), default=None,
+    p.add_argument("--threads", type=int_at_least(1), default=None,
                    metavar="N",
                    help="torch threads (default: PyTorch's choice; 1 is "
                         "often faster on a busy machine)")
@@ -241,7 +242,7 @@ def train_parser() -> _Parser:
                    help="a UTF-8 text file, or a folder of .txt files, to "
                         "train on instead of the book's corpus; its last "
                         "tenth is held out")
-    p.add_argument("--vocab-size", type=_int_at_least(257), default=None,
+    p.add_argument("--vocab-size", type=int_at_least(257), default=None,
                    metavar="V",
                    help="tokenizer and model vocabulary (default: the "
                         "preset's, 1024 for tiny); the same as --set "
@@ -283,7 +284,7 @@ def eval_parser() -> _Parser:
                    help="'val': the last tenth, the part train holds out; "
                         "'all': the whole text (for a text never trained "
                         "on)")
-    p.add_argument("--batch-size", type=_int_at_least(1), default=16,
+    p.add_argument("--batch-size", type=int_at_least(1), default=16,
                    metavar="B", help="windows per forward pass")
     _machine_options(p)
     return p
@@ -296,25 +297,25 @@ def sample_parser() -> _Parser:
                 "what was printed.")
     _checkpoint_input(p)
     p.add_argument("--prompt", default="\n", help="text to continue")
-    p.add_argument("--max-new-tokens", type=_int_at_least(0), default=200,
+    p.add_argument("--max-new-tokens", type=int_at_least(0), default=200,
                    metavar="N", help="tokens to generate (the window "
                                      "slides once the context is full)")
     p.add_argument("--temperature", type=float, default=1.0, metavar="T",
                    help="divides the logits; 0 is greedy")
-    p.add_argument("--top-k", type=_int_at_least(1), default=None,
+    p.add_argument("--top-k", type=int_at_least(1), default=None,
                    metavar="K",
                    help="keep the K most likely tokens (default: all)")
     p.add_argument("--top-p", type=float, default=None, metavar="P",
                    help="keep the smallest set of tokens with probability "
                         "P or more (default: all)")
-    p.add_argument("--seed", type=_int_at_least(0, 2**64), default=0,
+    p.add_argument("--seed", type=int_at_least(0, 2**64), default=0,
                    metavar="N", help="seed of the sampling generator")
     p.add_argument("--draft", default=None, metavar="PATH",
                    help="a smaller checkpoint with the same tokenizer: "
                         "speculative decoding, the same law of text "
                         "(chapter 'Speculative decoding'); the prompt and "
                         "new tokens must fit both contexts")
-    p.add_argument("--gamma", type=_int_at_least(1), default=None,
+    p.add_argument("--gamma", type=int_at_least(1), default=None,
                    metavar="N", help="tokens the draft proposes per "
                                      "round (with --draft; default 4)")
     _machine_options(p)
@@ -331,7 +332,7 @@ def cost_parser() -> _Parser:
                             ("n_layer", "L", "layers"),
                             ("n_head", "H", "heads"), ("n_embd", "D",
                                                        "width")):
-        p.add_argument("--" + name.replace("_", "-"), type=_int_at_least(1),
+        p.add_argument("--" + name.replace("_", "-"), type=int_at_least(1),
                        default=shape[name], metavar=sym, help=what)
     p.add_argument("--ffn-mult", type=float, default=4.0, metavar="X",
                    help="feed-forward width as a multiple of D")
@@ -339,9 +340,9 @@ def cost_parser() -> _Parser:
                    help="linear layers without biases")
     p.add_argument("--untied", action="store_true",
                    help="an output matrix separate from the embedding")
-    p.add_argument("--batch", type=_int_at_least(1), default=1,
+    p.add_argument("--batch", type=int_at_least(1), default=1,
                    metavar="B", help="sequences")
-    p.add_argument("--bytes", type=_int_at_least(1), default=4,
+    p.add_argument("--bytes", type=int_at_least(1), default=4,
                    metavar="N", help="bytes per element (4 = float32)")
     p.add_argument("--contexts", type=_int_list,
                    default="128,256,512,1024,2048,4096,8192",
