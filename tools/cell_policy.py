@@ -638,6 +638,7 @@ TABLE.update({
         ('e21 = EXPERIMENTS["E21"]', HI),
         ('e28 = EXPERIMENTS["E28"]', HI),
         ('e32 = EXPERIMENTS["E32"]', HI),
+        ('e40_recs = load_runs("E40", ROOT)', HI),
         ('threads = torch.get_num_threads()', HI),
     ],
     '16_kernels': [
@@ -777,7 +778,7 @@ TABLE.update({
         # E39: its smoke rerun (shown folded), the checks of the smoke
         # record and of the declared bounds, and the verdict cell
         ('from transformer.ablations import E39_ARMS, E39_METRICS', HI),
-        ('assert set(E39_METRICS) <= set(smoke39)', RC),
+        ('assert set(E39_METRICS) <= set(smoke39)\n', RC),
         ('D39 = E39_DECLARED', RC),
         ('from transformer.positions import ROPE_LAYOUTS, apply_rope', HI),
         ('import dataclasses\nimport time\n\nfrom torch import nn', HI),

@@ -185,6 +185,12 @@ CAPTIONS: dict[str, list[tuple[str, str, str]]] = {
          "bin, with the diagonal of perfect calibration."),
     ],
     "19_sliding_window": [
+        ("fig, axes = plt.subplots(1, 2, figsize=(9, 3.4), sharey=True)\n"
+         "bands = (\"hop\", \"stack\", \"beyond\")", "fig-e39-reach",
+         "E39: accuracy at the query by the distance d from the query to its "
+         "key, in three bands per window W: within one window (hop), within "
+         "only the two layers' stacked reach (stack), beyond both. Bars: mean "
+         "over seeds; dots: seeds; dotted: chance, 1/V."),
         ("import matplotlib.pyplot as plt\n\nn = 16 * T", "fig-e36-long-context",
          "Left: held-out loss against the position in a 1,024-byte window "
          "for each arm of E36 (mean over seeds, bins doubling in width); "
