@@ -154,3 +154,17 @@ def test_every_tool_parser_comes_from_tool_cli():
            if f.name != "tool_cli.py"
            and "ArgumentParser(" in f.read_text(encoding="utf-8")]
     assert own == [], own
+
+
+def test_the_build_tools_do_not_import_the_package():
+    """tools/literate.py (the exporter) and tools/cell_policy.py parse their
+    arguments through tool_cli but never import transformer/: they must run
+    while the package they regenerate is stale or half exported (a class
+    renamed in a chapter once broke the exporter that was to regenerate
+    it)."""
+    code = ("import sys; sys.path.insert(0, 'tools'); import literate, "
+            "cell_policy; print(sorted(m for m in sys.modules "
+            "if m.split('.')[0] == 'transformer'))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT,
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

@@ -17,9 +17,6 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from transformer.cli_options import int_at_least  # noqa: E402  (no torch)
-
 __all__ = ["Parser", "parser", "int_at_least", "int_list", "add_out",
            "add_threads", "add_timing", "add_quick", "add_seed"]
 
@@ -31,6 +28,17 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def int_at_least(low: int, below: int | None = None):
+    """An argparse `type`: the package's command line's own
+    (transformer.cli_options.int_at_least), imported when a tool asks for
+    it. Not at import: the build's own tools (literate.py, cell_policy.py)
+    use this module and must run while transformer/ is stale or half
+    exported, which is when they are needed."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from transformer.cli_options import int_at_least as package_type
+    return package_type(low, below)
 
 
 def parser(doc: str | None, **kwargs) -> Parser:
