@@ -723,7 +723,7 @@ def test_e20_extends_exactly_the_edge_cells():
     """Amendment 1 of E6 rebuilt: E20 runs the column lr 3e-2 for exactly
     the (depth, arm) pairs whose best finite stage-1 (E19) cell is at the
     grid's highest learning rate, with E19's warm-ups, seed and budget."""
-    from transformer.ablations import E6B_EDGE, E6B_LRS
+    from transformer.placement import E6B_EDGE, E6B_LRS
     from transformer.experiments import load_runs
     e19, e20 = EXPERIMENTS["E19"], EXPERIMENTS["E20"]
     recs = load_runs("E19", ROOT)
@@ -855,7 +855,7 @@ def test_e21_runs_each_arms_best_screened_cell():
     on amendment 1), E21's cell at each depth is the best finite cell of
     E19 and E20 (lowest held-out loss), at E6B_STEPS with the same warm-up
     fraction, the same final-lr rule, five seeds, on the whole split."""
-    from transformer.ablations import E6B_BEST, E6B_SEEDS, E6B_STEPS
+    from transformer.placement import E6B_BEST, E6B_SEEDS, E6B_STEPS
     from transformer.experiments import load_runs
     e19, e21 = EXPERIMENTS["E19"], EXPERIMENTS["E21"]
     recs = load_runs("E19", ROOT) + load_runs("E20", ROOT)
@@ -877,7 +877,7 @@ def test_e32_runs_pre_norms_best_screened_cell_like_e21():
     """Pre-norm's half of stage 2: its cell at each depth is the best
     finite cell of E19, E20 and E28 (all three complete), and everything
     else is E21's, so the two grids pair by seed."""
-    from transformer.ablations import E6B_BEST_PRE, E6B_STEPS
+    from transformer.placement import E6B_BEST_PRE, E6B_STEPS
     from transformer.experiments import load_runs
     e19, e21, e32 = (EXPERIMENTS[k] for k in ("E19", "E21", "E32"))
     recs = []
@@ -904,7 +904,7 @@ def test_e28_extends_the_pairs_whose_best_moved_to_3e_2():
     """Amendment 1 applied again: E28 runs lr 1e-1 for exactly the pairs
     whose best finite cell of E19 and E20 is at E20's 3e-2, with the same
     warm-ups, seed and budget."""
-    from transformer.ablations import E6B_EDGE2, E6B_NEXT_LR
+    from transformer.placement import E6B_EDGE2, E6B_NEXT_LR
     from transformer.experiments import load_runs
     e20, e28 = EXPERIMENTS["E20"], EXPERIMENTS["E28"]
     recs = load_runs("E19", ROOT) + load_runs("E20", ROOT)

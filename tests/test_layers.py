@@ -25,6 +25,7 @@ LAYERS = [
                                "window"}),
     ("measurement", {"bench"}),
     ("experiments", {"experiments", "grid_point", "bridges", "ablations",
+                     "recipes", "placement",
                      "probes", "lookup"}),
     ("command line", {"cli_options", "cli", "cli_experiment", "__main__",
                       "reproduce"}),

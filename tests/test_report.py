@@ -491,7 +491,7 @@ def _report(found):
 # around, a seed count changed, a placeholder left in: none changes a
 # linked value, so each has its own check below.
 
-BIGRAM_BAR = 0.1  # transformer.experiments.BIGRAM_MARGIN, the report's bar
+BIGRAM_BAR = 0.1  # transformer.recipes.BIGRAM_MARGIN, the report's bar
 
 # A verdict or direction stated in words. Every occurrence in the prose
 # (links blanked) must lie inside a CLAIMS snippet.
