@@ -391,7 +391,7 @@ HI, RC, RI = "hide-input", "remove-cell", "remove-input"
 TABLE.update({
     '01_softmax': [
         ('"""Argument checks shared by the package', HI),
-        ('import math\n\nimport torch', HI),
+        ('"""Softmax, log-softmax and cross-entropy', HI),
         ('from transformer import cross_entropy, log_softmax, softmax', HI),
         ('z5 = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0])', HI),
         ('V = 50\nlogits = torch.randn(', HI),
@@ -466,7 +466,7 @@ TABLE.update({
         ('from transformers import GPT2Config, GPT2LMHeadModel', HI),
     ],
     '07_bigram': [
-        ('import math\nfrom dataclasses import dataclass', HI),
+        ('"""The interpolated byte n-gram count model', HI),
         ('from transformer.ngram import fit_ngram, ngram_stream_losses', HI),
         ('from transformer.baseline import unigram_loss', HI),
         ('refs = baseline_losses(train_ids, val_ids, V)', HI),
@@ -482,7 +482,7 @@ TABLE.update({
         ('from transformer import AdamW', HI),
         ('from transformer import clip_grad_norm', HI),
         ('net, ref_net = small_net(5), small_net(5)', HI),
-        ('import math\nfrom collections.abc import Iterable', HI),
+        ('"""AdamW, the warm-up and cosine schedule', HI),
         ('g = torch.Generator().manual_seed(0)\nn, b, chains', HI),
         ('def adam_max_step(t, betas=(0.9, 0.999)):', HI),
         ('scales = torch.tensor([0.01, 1.0, 100.0])', HI),
@@ -491,7 +491,7 @@ TABLE.update({
         ('def update_sizes(warmup_steps, steps=300, max_lr=1e-3):', HI),
     ],
     '09_training': [
-        ('import contextlib\nimport dataclasses', HI),
+        ('"""The one training loop, its configuration', HI),
         ('class TrainingInterrupted(KeyboardInterrupt):', HI),
         ('"""The training chapter', HI),
         ('LEAK_MODEL =', HI),
@@ -621,7 +621,7 @@ TABLE.update({
         ('start_box()  # one output box for this check cell\ne9 = EXPERIMENTS["E9"]', HI),
         ('start_box()  # one output box for this check cell\ndef brief(exp_id):', HI),
         ('start_box()  # one output box for this check cell\nfrom transformer.recall import (RECALL_MATCH, RECALL_TASK,', HI),
-        ('import bisect', HI),
+        ('"""E15b\'s multi-query recall task', HI),
         ('def lookup_batch(', HI),
         ('LOOKUP_INITS = ("gpt2", "torch")', HI),
         ('class _AnswerLoss(torch.nn.Module):', HI),
@@ -726,7 +726,7 @@ TABLE.update({
         ('def _check_configs(', HI),
         ('sw = json.loads(Path("../results/bench/sweep.json").read_text())', HI),
         ('from transformer.baseline import token_stream', HI),
-        ('import dataclasses\nimport math\nimport time', HI),
+        ('"""Many small models trained at once', HI),
         ('cp = sw.get("compiled")', HI),    ],
     '95_cli': [
         ('"""The command line\'s options, read without importing torch: each verb\'s', HI),
