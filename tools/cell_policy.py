@@ -639,6 +639,9 @@ TABLE.update({
         ('e28 = EXPERIMENTS["E28"]', HI),
         ('e32 = EXPERIMENTS["E32"]', HI),
         ('e40_recs = load_runs("E40", ROOT)', HI),
+        ('E40_ARMS = ("post", "post-sqrtd", "deepnorm")', RI),
+        ('def failure_depth(B):', RC),
+        ('fig, axes = plt.subplots(1, len(E6B_DEPTHS), figsize=(12, 3.2)', HI),
         ('threads = torch.get_num_threads()', HI),
     ],
     '16_kernels': [

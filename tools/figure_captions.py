@@ -216,6 +216,12 @@ CAPTIONS: dict[str, list[tuple[str, str, str]]] = {
          "PyTorch's fused modules."),
     ],
     "15_ablations": [
+        ("fig, axes = plt.subplots(1, len(E6B_DEPTHS), figsize=(12, 3.2), "
+         "sharey=True)", "fig-e40",
+         "E40: each placement minus pre-norm (nats, mean and 95% t interval "
+         "over the seeds) at 1x, 2x and 4x the shared budget, one panel per "
+         "depth; the band is the declared margin. The 4x points are E21's and "
+         "E32's records on the same seeds."),
         ("import statistics\n\n\ndef last_block(recs, key):", "fig-e6b-grads",
          "E6 rebuilt, stage 2: the last block's gradient norm against depth "
          "(log-log), at step 0 and after step 10, median over the seeds, "
