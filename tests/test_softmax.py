@@ -151,4 +151,5 @@ def test_checks_accept_what_they_promise():
     check_number("x", float("inf"), 0, low_open=True, finite=False)
     check_number("x", 1, 0, 1)  # an int is a number; bounds closed
     check_number("x", None, none_ok=True)
+    check_number("x", 10**400, 0)  # an int too large for a float: no error
     assert is_int(3) and not is_int(True) and not is_int(3.0)

@@ -55,8 +55,9 @@ def check_number(name: str, value, low: float | None = None,
     None where `none_ok`."""
     if none_ok and value is None:
         return
-    ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
-          and not math.isnan(value) and (math.isfinite(value) or not finite))
+    ok = is_int(value) or (  # an int is finite, however large
+        isinstance(value, float) and not math.isnan(value)
+        and (math.isfinite(value) or not finite))
     if ok and low is not None:
         ok = value > low if low_open else value >= low
     if ok and high is not None:
