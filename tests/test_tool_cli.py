@@ -26,6 +26,7 @@ BAD = [
     ("bench_training.py", ["--warmup", "-1"], "--warmup"),
     ("training_results.py", ["bigram", "--seeds", "-1"], "--seeds"),
     ("book_numbers.py", ["--chek"], "--chek"),
+    ("run_lookup.py", ["ladder", "--shard", "0/2"], "--shard"),
 ]
 # the same, in this process: main(argv) parses before any work, and these
 # tools' imports change nothing that matters here (bench_training.py, which

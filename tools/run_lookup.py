@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+from tool_cli import parser, shard  # noqa: E402  (tools/)
 from transformer.data import atomic_write  # noqa: E402
 from transformer.training import TrainingInterrupted  # noqa: E402
 from transformer.lookup import (LOOKUP_TASK, evaluate_lookup,  # noqa: E402
@@ -280,31 +281,29 @@ def run(job):
     return rec
 
 
-def main(argv):
-    if not argv or argv[0] not in PHASES + ("list", "select"):
-        print(f"usage: run_lookup.py {{{','.join(PHASES)},list,select}} "
-              "[--shard K/N]", file=sys.stderr)
-        return 2
-    if argv[0] == "select":
+def main(argv=None) -> int:
+    p = parser(__doc__)
+    p.add_argument("phase", choices=PHASES + ("list", "select"),
+                   help="the phase to run; `list PHASE` prints its jobs, done "
+                        "or not; `select` the sweep's choice")
+    p.add_argument("listed", nargs="?", choices=PHASES, metavar="PHASE",
+                   help="with list: the phase whose jobs to print")
+    p.add_argument("--shard", type=shard, default=(1, 1), metavar="K/N",
+                   help="run only the K-th of every N jobs (1 <= K <= N), "
+                        "as `python -m transformer experiment` shards")
+    args = p.parse_args(argv)
+    if args.phase == "select":
         print(json.dumps(select(), indent=1))
         return 0
-    if argv[0] == "list":
-        if len(argv) < 2 or argv[1] not in PHASES:
-            print(f"list: expected a phase of {PHASES}", file=sys.stderr)
-            return 2
-        for j in JOBS[argv[1]]():
+    if args.phase == "list":
+        if args.listed is None:
+            p.error("list: expected a phase of " + ", ".join(PHASES))
+        for j in JOBS[args.listed]():
             done = (OUT / j["phase"] / f"{j['name']}.json").exists()
             print("done" if done else "todo", j["name"])
         return 0
-    k, n = 0, 1
-    if "--shard" in argv:
-        try:
-            k, n = map(int, argv[argv.index("--shard") + 1].split("/"))
-            assert 0 <= k < n
-        except (IndexError, ValueError, AssertionError):
-            print("--shard: expected K/N with 0 <= K < N", file=sys.stderr)
-            return 2
-    phase = argv[0]
+    k, n = args.shard[0] - 1, args.shard[1]  # 0-based below
+    phase = args.phase
     while True:  # the sweep may add its extension stage after a pass
         jobs = [j for i, j in enumerate(JOBS[phase]()) if i % n == k]
         todo = [j for j in jobs
@@ -313,7 +312,7 @@ def main(argv):
             if phase == "sweep" and k == 0 and (select() or {}).get("extend"):
                 todo = [select()["extend"]]
             else:
-                print(f"{phase} shard {k}/{n}: nothing left to run")
+                print(f"{phase} shard {k + 1}/{n}: nothing left to run")
                 return 0
         job = todo[0]
         print(f"{time.strftime('%H:%M:%S')} {job['name']}", flush=True)

@@ -17,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-__all__ = ["Parser", "parser", "int_at_least", "int_list", "add_out",
+__all__ = ["Parser", "parser", "int_at_least", "shard", "int_list", "add_out",
            "add_threads", "add_timing", "add_quick", "add_seed"]
 
 
@@ -39,6 +39,15 @@ def int_at_least(low: int, below: int | None = None):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from transformer.cli_options import int_at_least as package_type
     return package_type(low, below)
+
+
+def shard(text: str):
+    """An argparse `type`: --shard K/N as the package's command line reads
+    it (1 <= K <= N; transformer.cli_options.shard), imported when asked
+    for, as int_at_least is."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from transformer.cli_options import shard as package_type
+    return package_type(text)
 
 
 def parser(doc: str | None, **kwargs) -> Parser:

@@ -18,6 +18,7 @@ __all__ = [
     "sample_parser",
     "cost_parser",
     "experiment_parser",
+    "shard",
     "apply_machine_options",
     "parse_device",
     "check_output_path",
@@ -379,14 +380,14 @@ def experiment_parser() -> _Parser:
     p.add_argument("--root", type=Path, default=None, metavar="DIR",
                    help="results folder (default: results/experiments "
                         "of the checkout)")
-    p.add_argument("--shard", type=_shard, default=(1, 1), metavar="K/N",
+    p.add_argument("--shard", type=shard, default=(1, 1), metavar="K/N",
                    help="run only the K-th of every N grid points and "
                         "items, so that N processes can share the work "
                         "(default: 1/1, all of it)")
     return p
 
 
-def _shard(text: str) -> tuple[int, int]:
+def shard(text: str) -> tuple[int, int]:
     """--shard K/N: two integers with 1 <= K <= N."""
     m = re.fullmatch(r"(\d+)/(\d+)", text.strip())
     if not m or not 1 <= int(m[1]) <= int(m[2]):
