@@ -8,6 +8,7 @@ would otherwise run the grids."""
 import json
 import re
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 
@@ -17,6 +18,9 @@ from transformer import cli, reproduce
 from transformer.reproduce import Item
 
 ROOT = Path(__file__).resolve().parent.parent
+# a commit of this checkout, which a planted record names as its code's
+HEAD = subprocess.run(["git", "rev-parse", "--short=7", "HEAD"], cwd=ROOT,
+                      capture_output=True, text=True).stdout.strip()
 
 
 def planted(tmp_path, name, code=0, needs=(), outputs=None, last=False):
@@ -34,7 +38,8 @@ def planted(tmp_path, name, code=0, needs=(), outputs=None, last=False):
         "for out in sys.argv[2:]:\n"
         "    p = pathlib.Path(sys.argv[1]) / out\n"
         "    p.parent.mkdir(parents=True, exist_ok=True)\n"
-        "    p.write_text(json.dumps({'environment': {}}))\n")
+        "    p.write_text(json.dumps({'environment': "
+        f"{{'git_commit': {HEAD!r}}}}}))\n")
     line = " ".join([shlex.quote(str(script)), "{results}",
                      *map(shlex.quote, outputs)])
     return Item(name, (line,), tuple(outputs), 0.5, "a test", needs, last)
@@ -168,8 +173,10 @@ def test_stale_is_a_file_made_with_other_code(tmp_path):
     item = Item("x", ("-c pass",), ("a.json",), 0.1, "a test")
     assert reproduce.item_state(item, tmp_path) == ("missing", "a.json")
     (tmp_path / "a.json").write_text(json.dumps({"wall_s": 1}))
-    assert reproduce.item_state(item, tmp_path) == ("done",
-                                                    "no commit recorded")
+    assert reproduce.item_state(item, tmp_path) == (
+        "stale", "a.json records no code commit")
+    last = Item("x", ("-c pass",), ("a.json",), 0.1, "a test", last=True)
+    assert reproduce.item_state(last, tmp_path)[0] == "done"
     for commit in ("0000000", "abcdef0+dirty"):
         (tmp_path / "a.json").write_text(json.dumps(
             {"environment": {"git_commit": commit}}))
@@ -180,6 +187,81 @@ def test_stale_is_a_file_made_with_other_code(tmp_path):
         (tmp_path / "a.json").write_text(json.dumps(
             {"environment": {"git_commit": now[:7]}}))
         assert reproduce.item_state(item, tmp_path)[0] == "done"
+
+
+def fake_checkout(root):
+    """A git checkout with a tool, its sibling, package modules it imports
+    (one by a relative import, one through a public name) and one it
+    does not; returns a function that commits and gives the short hash."""
+    files = {
+        "tools/t.py": "import sib\nfrom transformer.a import x\n"
+                      "def f():\n    from transformer import GPT\n",
+        "tools/sib.py": "", "tools/other.py": "",
+        "transformer/a.py": "from .b import y\nx = y\n",
+        "transformer/b.py": "y = 1\n", "transformer/model.py": "",
+        "transformer/c.py": "",
+    }
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+    def commit():
+        git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C",
+               str(root)]
+        subprocess.run([*git, "init", "-q"], check=True)
+        subprocess.run([*git, "add", "-A"], check=True)
+        subprocess.run([*git, "commit", "-qm", "c"], check=True)
+        return subprocess.run([*git, "rev-parse", "--short=7", "HEAD"],
+                              capture_output=True, text=True,
+                              check=True).stdout.strip()
+    return commit
+
+
+def test_code_files_follow_the_imports(tmp_path):
+    fake_checkout(tmp_path)
+    item = Item("x", ("tools/t.py --flag",), ("a.json",), 0.1, "a test")
+    assert reproduce.code_files(item, tmp_path) == (
+        "tools/sib.py", "tools/t.py", "transformer/a.py",
+        "transformer/b.py", "transformer/model.py")
+    inline = Item("y", ("-c 'from transformer.b import y'",), ("a.json",),
+                  0.1, "a test")
+    assert reproduce.code_files(inline, tmp_path) == ("transformer/b.py",)
+    # the real table: every item with a tool runs its own script
+    for it in reproduce.REPRODUCE.values():
+        mine = reproduce.code_files(it)
+        for line in it.commands:
+            first = shlex.split(line)[0]
+            assert first == "-c" or first in mine, (it.name, first)
+
+
+def test_stale_is_a_change_to_code_the_item_runs(tmp_path):
+    checkout, results = tmp_path / "co", tmp_path / "results"
+    commit = fake_checkout(checkout)
+    first = commit()
+    item = Item("x", ("tools/t.py",), ("a.json",), 0.1, "a test")
+    results.mkdir()
+
+    def record(code, tools=None):
+        env = {"git_commit": code} | ({"tools_commit": tools} if tools
+                                      else {})
+        (results / "a.json").write_text(json.dumps({"environment": env}))
+        return reproduce.item_state(item, results, checkout)
+    assert record(first) == ("done", first)
+    (checkout / "transformer/c.py").write_text("z = 2\n")  # not imported
+    (checkout / "tools/other.py").write_text("z = 2\n")
+    assert record(first)[0] == "done"
+    (checkout / "transformer/b.py").write_text("y = 2\n")  # uncommitted
+    assert record(first) == ("stale", f"{first}: transformer/b.py has "
+                                      "changed since")
+    second = commit()
+    assert record(first)[0] == "stale" and record(second)[0] == "done"
+    (checkout / "tools/sib.py").write_text("w = 1\n")
+    third = commit()
+    assert record(second) == ("stale", f"{second}: tools/sib.py has "
+                                       "changed since")
+    # the package's commit for modules, the tools' commit for scripts
+    assert record(second, tools=third) == ("done", second)
+    assert record("0000000")[1] == "0000000: not a commit of this checkout"
 
 
 def test_the_table_covers_what_the_book_reads():

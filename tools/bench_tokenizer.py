@@ -63,7 +63,7 @@ from tokenizers import trainers  # noqa: E402
 from tiktoken.load import load_tiktoken_bpe  # noqa: E402
 
 from transformer import BPETokenizer, load_corpus, train_val_split  # noqa
-from transformer.bench import write_json  # noqa: E402
+from transformer.bench import environment, write_json  # noqa: E402
 from transformer.stats import bootstrap_ci  # noqa: E402
 from transformer.tokenizer import END_OF_TEXT, GPT2_PATTERN  # noqa: E402
 import literate  # noqa: E402
@@ -184,6 +184,7 @@ def meta(corpus):
                      "regex": regex.__version__},
         "corpus_bytes": len(corpus.encode("utf-8")),
         "loadavg_start": loadavg(),
+        "environment": environment(),
     }
 
 

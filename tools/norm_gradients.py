@@ -23,7 +23,7 @@ from torch import nn
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from transformer.bench import write_json  # noqa: E402
+from transformer.bench import environment, write_json  # noqa: E402
 from transformer.diagnostics import block_grad_norms  # noqa: E402
 from transformer.model import GPT, GPTConfig, Linear  # noqa: E402
 
@@ -79,7 +79,8 @@ def main() -> None:
                                          depth, pos, init, seed)))
     out = dict(setup=SETUP, depths=DEPTHS, seeds=SEEDS, runs=runs,
                torch=torch.__version__, python=platform.python_version(),
-               loadavg=os.getloadavg(), seconds=round(time.time() - t0, 1))
+               loadavg=os.getloadavg(), seconds=round(time.time() - t0, 1),
+               environment=environment())
     path = ROOT / "results" / "norm_gradients" / "grad_norms.json"
     write_json(out, path)
     print(f"wrote {path.relative_to(ROOT)} in {out['seconds']} s")

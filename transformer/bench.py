@@ -272,14 +272,15 @@ def cpu_caches() -> dict:
     return found
 
 
-def git_commit(short: bool = False) -> str | None:
+def git_commit(short: bool = False,
+               folder: str = "transformer") -> str | None:
     """The commit of the code a record is made with (`short`: 7 hex
-    digits): with transformer/ clean, the last commit that changed it (so
-    a grid that runs across sessions, while chapters and results are
-    committed around it, keeps one commit as long as its code does); with
-    uncommitted changes there, HEAD and "+dirty", so that a record never
-    claims code it was not made with; None outside a git checkout.
-    Appendix "Measuring honestly", section "Records"."""
+    digits): with `folder` (the package, or tools/) clean, the last commit
+    that changed it (so a grid that runs across sessions, while chapters
+    and results are committed around it, keeps one commit as long as its
+    code does); with uncommitted changes there, HEAD and "+dirty", so that
+    a record never claims code it was not made with; None outside a git
+    checkout. Appendix "Measuring honestly", section "Records"."""
     root = Path(__file__).resolve().parent.parent
 
     def git(*args):
@@ -287,9 +288,9 @@ def git_commit(short: bool = False) -> str | None:
                               text=True, timeout=10)
     try:
         head = git("rev-parse", "HEAD")
-        dirty = git("status", "--porcelain", "--", "transformer")
+        dirty = git("status", "--porcelain", "--", folder)
         code = None if dirty.stdout.strip() else git(
-            "log", "-1", "--format=%H", "--", "transformer")
+            "log", "-1", "--format=%H", "--", folder)
     except (OSError, subprocess.SubprocessError):
         return None
     if head.returncode != 0 or not head.stdout.strip():
@@ -301,7 +302,9 @@ def git_commit(short: bool = False) -> str | None:
 
 
 def environment() -> dict:
-    """What a timing depends on, recorded next to every measurement.
+    """What a timing depends on, recorded next to every measurement: the
+    machine, its load, and the commits of the package (`git_commit`) and
+    of the tools/ scripts (`tools_commit`) that made it.
 
     Appendix "Measuring honestly", section "Records"."""
     commit = git_commit(short=True)
@@ -318,6 +321,7 @@ def environment() -> dict:
         else None,
         "platform": platform.platform(),
         "git_commit": commit,
+        "tools_commit": git_commit(short=True, folder="tools"),
     }
 
 

@@ -11,6 +11,8 @@ __all__ = [
     "Item",
     "checkout_dir",
     "recorded_commit",
+    "code_files",
+    "known_commit",
     "code_differs",
     "missing_output",
     "item_state",
@@ -154,10 +156,10 @@ def checkout_dir() -> Path:
     return Path(transformer.__file__).resolve().parent.parent
 
 
-def recorded_commit(path: Path) -> str | None:
-    """The first `git_commit` a JSON file records (its environment's),
-    searched breadth first; None for a file that is not JSON or records
-    none."""
+def recorded_commit(path: Path, key: str = "git_commit") -> str | None:
+    """The first `key` (`git_commit`, the package's commit, or
+    `tools_commit`) a JSON file records (its environment's), searched
+    breadth first; None for a file that is not JSON or records none."""
     try:
         todo = [json.loads(path.read_text())]
     except (OSError, ValueError):
@@ -165,21 +167,99 @@ def recorded_commit(path: Path) -> str | None:
     while todo:
         node = todo.pop(0)
         if isinstance(node, dict):
-            if isinstance(node.get("git_commit"), str):
-                return node["git_commit"]
+            if isinstance(node.get(key), str):
+                return node[key]
             todo += list(node.values())
         elif isinstance(node, list):
             todo += node
     return None
 
 
-def code_differs(commit: str, checkout: Path) -> bool:
-    """Whether transformer/ now (working tree included) differs from
-    transformer/ at `commit`; a dirty or unknown commit differs."""
+def _imported(tree, where: str, checkout: Path) -> set[str]:
+    """The checkout's source files that the imports of one parsed file
+    name (every import statement, those inside functions too): modules
+    of transformer/, resolved through the package's name map for a public
+    name, and, for a file in tools/ or a `-c` line, sibling scripts of
+    tools/. `where` is the file's path relative to the checkout."""
+    import ast
+    from transformer import _WHERE
+    pkg, tools = checkout / "transformer", checkout / "tools"
+
+    def module(name: str) -> set[str]:
+        head, _, rest = name.partition(".")
+        if head == "transformer":
+            leaf = rest.partition(".")[0]
+            return {f"transformer/{leaf}.py"} if leaf and (
+                pkg / f"{leaf}.py").is_file() else set()
+        if not where.startswith("transformer/") and (
+                tools / f"{head}.py").is_file():
+            return {f"tools/{head}.py"}
+        return set()
+
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                found |= module(alias.name)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: only inside the package
+                base = "transformer" + ("." + base if base else "")
+            if base == "transformer":
+                for alias in node.names:
+                    name = alias.name
+                    leaf = name if (pkg / f"{name}.py").is_file() \
+                        else _WHERE.get(name)
+                    found |= {f"transformer/{leaf}.py"} if leaf else set()
+            else:
+                found |= module(base)
+    return found
+
+
+def code_files(item: Item, checkout: Path | None = None) -> tuple[str, ...]:
+    """The source files an item's commands run, as paths relative to the
+    checkout: each tools/ script a command names, and every transformer/
+    module or tools/ script those import, followed import by import. A
+    `-c` line counts as a file of its own. transformer/__init__.py is left
+    out: it only maps public names to modules, and the modules it maps an
+    item's names to are in the set. Section "Everything else the book
+    reads"."""
+    import ast
+    checkout = checkout or checkout_dir()
+    todo, seen = [], set()
+    for line in item.commands:
+        argv = shlex.split(line)
+        if argv[0] == "-c":
+            todo.append(("-c", ast.parse(argv[1])))
+        else:
+            todo.append((argv[0], None))
+    while todo:
+        where, tree = todo.pop()
+        if tree is None:
+            if where in seen or not (checkout / where).is_file():
+                continue
+            seen.add(where)
+            tree = ast.parse((checkout / where).read_text())
+        todo += [(f, None) for f in sorted(_imported(tree, where, checkout)
+                                           - seen)]
+    return tuple(sorted(seen))
+
+
+def known_commit(commit: str, checkout: Path) -> bool:
+    """Whether `commit` names a commit of the checkout's history."""
+    r = subprocess.run(["git", "cat-file", "-e", f"{commit}^{{commit}}"],
+                       cwd=checkout, capture_output=True)
+    return r.returncode == 0
+
+
+def code_differs(commit: str, checkout: Path,
+                 paths: tuple[str, ...] = ("transformer",)) -> bool:
+    """Whether `paths` now (working tree included) differ from the same
+    paths at `commit`; a dirty or unknown commit differs."""
     if "+" in commit:
         return True
-    r = subprocess.run(["git", "diff", "--quiet", commit, "--",
-                        "transformer"], cwd=checkout, capture_output=True)
+    r = subprocess.run(["git", "diff", "--quiet", commit, "--", *paths],
+                       cwd=checkout, capture_output=True)
     return r.returncode != 0
 
 
@@ -191,20 +271,38 @@ def missing_output(item: Item, results: Path) -> str | None:
 
 def item_state(item: Item, results: Path,
                checkout: Path | None = None) -> tuple[str, str]:
-    """("missing", the first file absent), ("stale", the commit a file
-    names whose transformer/ differs from the code now) or ("done",
-    the commits its files name). Section "Everything else the book
-    reads"."""
+    """("missing", the first file absent), ("stale", why) or ("done", the
+    commits its files name). Stale: a file that records no commit (what
+    made it cannot be told; the last item excepted, whose freshness `make
+    test` checks against the executed notebooks), or one of the item's
+    `code_files` that differs from the commit the file records for it:
+    tools/ scripts against its `tools_commit` (its `git_commit` where it
+    records none), package modules against its `git_commit`. Section
+    "Everything else the book reads"."""
     checkout = checkout or checkout_dir()
     if (out := missing_output(item, results)) is not None:
         return "missing", out
-    commits = {c for out in item.outputs
-               if (c := recorded_commit(results / out)) is not None}
-    for c in sorted(commits):
-        if code_differs(c, checkout):
-            return "stale", (f"{c}: made with uncommitted code" if "+" in c
-                             else f"{c}: transformer/ has changed since")
-    return "done", ", ".join(sorted(commits)) or "no commit recorded"
+    files = code_files(item, checkout)
+    seen = set()
+    for out in item.outputs:
+        code = recorded_commit(results / out)
+        if code is None:
+            if item.last:
+                continue
+            return "stale", f"{out} records no code commit"
+        tools = recorded_commit(results / out, "tools_commit") or code
+        seen.add(code)
+        for commit, folder in ((code, "transformer/"), (tools, "tools/")):
+            if "+" in commit:
+                return "stale", f"{commit}: made with uncommitted code"
+            if not known_commit(commit, checkout):
+                return "stale", f"{commit}: not a commit of this checkout"
+            mine = tuple(f for f in files if f.startswith(folder))
+            if mine and code_differs(commit, checkout, mine):
+                changed = next(f for f in mine
+                               if code_differs(commit, checkout, (f,)))
+                return "stale", f"{commit}: {changed} has changed since"
+    return "done", ", ".join(sorted(seen)) or "no commit recorded"
 
 
 def relocatable(item: Item) -> bool:
