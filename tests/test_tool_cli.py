@@ -169,3 +169,16 @@ def test_the_build_tools_do_not_import_the_package():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT,
                          capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_training_results_e10_runs_end_to_end(capsys):
+    """The e10 record's whole path, in process and a few steps long (the
+    item `experiment training-e10` runs it at 300): every planted bug
+    trains, is scored and printed; nothing is written."""
+    import training_results
+    out = training_results.run_e10(argparse.Namespace(steps=2))
+    printed = capsys.readouterr().out
+    assert set(out["runs"]) == set(training_results.BUGS)
+    for name, run in out["runs"].items():
+        assert len(run["train_loss"]) == 2, name
+        assert f"e10 {name}: final corpus loss " in printed

@@ -101,7 +101,7 @@ def run_e10(args) -> dict:
                 (s for s, v in zip(raw["val_steps"], raw["val_loss"])
                  if v < 0.1), None),
             "wall_s": time.perf_counter() - t0}
-        print(f"e10 {name}: final corpus loss {final:.4f} "
+        print(f"e10 {name}: final corpus loss {r['corpus_loss']:.4f} "
               f"({time.perf_counter() - t0:.0f} s)", flush=True)
     return out
 
