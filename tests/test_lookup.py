@@ -2,6 +2,7 @@
 (chapter "Ablations", section "E15b")."""
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from transformer.lookup import (LOOKUP_TASK, LookupMLP, attention_maps,
                                 previous_token_score,
                                 train_lookup)
 
+ROOT = Path(__file__).resolve().parents[1]
 K, V = LOOKUP_TASK["n_keys"], LOOKUP_TASK["n_values"]
 W, T = LOOKUP_TASK["window"], LOOKUP_TASK["seq_len"]
 
@@ -304,3 +306,34 @@ def test_an_interrupted_rung_says_truthfully_what_it_kept(
             "earlier": "is as it was", "saved": "holds step 250"}[case]
     assert want in line and "\n" not in line
     assert ("300 steps are lost" in line) == (case == "none")
+
+
+def test_every_e15b_record_is_one_the_declaration_asks_for():
+    """`run_lookup.py paths` (what `experiment e15b` must have) names
+    every committed record, so none is orphaned and the item's state is
+    read from all of them."""
+    import run_lookup
+    listed = {run_lookup.record_path(j) for j in run_lookup.all_jobs()}
+    on_disk = {p for p in run_lookup.OUT.glob("*/*.json")
+               if p.parent != run_lookup.BRIDGES}
+    assert on_disk and on_disk <= listed, sorted(on_disk - listed)[:3]
+
+
+def test_a_bridge_prefix_retrains_a_record_bit_for_bit(tmp_path,
+                                                       monkeypatch):
+    """The premise of E15b's bridges: PREFIX, run in a checkout by a fresh
+    Python, trains a record's job exactly as the run that wrote the record
+    did (the same losses to the last bit), and its steps stop where asked."""
+    import run_lookup
+    monkeypatch.setattr(run_lookup, "CKPT", tmp_path / "ckpt")
+    task = {**LOOKUP_TASK, "seq_len": 16}
+    for job in (run_lookup._job("ladder", "attn", 0, 1e-2, "gpt2", 60, task,
+                                n_embd=8, n_head=2),
+                run_lookup._job("ladder", "mlp", 0, 1e-2, steps=60, task=task,
+                                window=16, n_embd=8, hidden=16)):
+        rec = run_lookup.run(job)
+        path = tmp_path / f"{job['arm']}.json"
+        path.write_text(json.dumps(rec))
+        losses = run_lookup.prefix_losses(path, ROOT, 51)
+        assert len(losses) == 51
+        assert losses[::50] == rec["train_loss"][:2], job["arm"]

@@ -82,7 +82,7 @@ def test_plan_shows_missing_items_and_runs_nothing(tmp_path, capsys):
     for item in reproduce.REPRODUCE.values():
         line = next(ln for ln in lines if ln.split()[0] == item.name)
         assert line.split()[1] == "missing", line
-        assert f"({item.outputs[0]})" in line, line
+        assert f"({reproduce.item_outputs(item)[0]})" in line, line
     assert lines[-1].startswith("left: about "), lines[-1]
     assert cli.main(["experiment", "training-e10", "--plan", "--root",
                      str(root)]) == 0  # one item: its line and the total
@@ -262,6 +262,48 @@ def test_stale_is_a_change_to_code_the_item_runs(tmp_path):
     # the package's commit for modules, the tools' commit for scripts
     assert record(second, tools=third) == ("done", second)
     assert record("0000000")[1] == "0000000: not a commit of this checkout"
+
+
+def test_a_bridge_joins_older_code_to_the_code_now(tmp_path):
+    """A record of older code is current when a bridge from its commit,
+    to code the item's files still equal, says the two trained alike; a
+    bridge that differs, or whose code has moved on, does not count."""
+    checkout, results = tmp_path / "co", tmp_path / "results"
+    commit = fake_checkout(checkout)
+    first = commit()
+    (checkout / "transformer/b.py").write_text("y = 2\n")
+    second = commit()
+    item = Item("x", ("tools/t.py",), ("a.json",), 0.1, "a test",
+                bridges="bridges")
+    (results / "bridges").mkdir(parents=True)
+    (results / "a.json").write_text(json.dumps({"git_commit": first}))
+
+    def state(identical, to=second):
+        (results / "bridges" / "b.json").write_text(json.dumps(
+            {"from": first, "to": to, "tools_to": to,
+             "identical": identical}))
+        return reproduce.item_state(item, results, checkout)
+    assert state(True) == ("done", f"{first} bridged to {second}")
+    assert state(False)[0] == "stale"
+    assert state(True, to=first)[0] == "stale"  # b.py differs from `to`
+    (checkout / "transformer/b.py").write_text("y = 3\n")
+    commit()
+    assert state(True)[0] == "stale"  # the code moved past the bridge
+
+
+def test_a_listed_item_is_missing_until_every_listed_file_is_there(tmp_path):
+    lister = tmp_path / "lister.py"
+    lister.write_text("print('a.json')\nprint('b.json')\n")
+    item = Item("x", ("-c pass",), (), 0.1, "a test",
+                listing=shlex.quote(str(lister)))
+    assert reproduce.item_outputs(item) == ("a.json", "b.json")
+    (tmp_path / "a.json").write_text(json.dumps({"git_commit": HEAD}))
+    assert reproduce.item_state(item, tmp_path) == ("missing", "b.json")
+    (tmp_path / "b.json").write_text(json.dumps({"git_commit": HEAD}))
+    assert reproduce.item_state(item, tmp_path)[0] == "done"
+    lister.write_text("import sys\nsys.exit(1)\n")
+    with pytest.raises(ValueError, match="x: `python .*` listed no files"):
+        reproduce.item_outputs(item)
 
 
 def test_the_table_covers_what_the_book_reads():

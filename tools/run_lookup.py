@@ -15,6 +15,14 @@ model trains on one thread at the lowest priority (the host is shared):
         there last; each rung list cut after its first pass)
     .venv/bin/python tools/run_lookup.py list PHASE     (jobs, done or not)
     .venv/bin/python tools/run_lookup.py select         (the sweep's choice)
+    .venv/bin/python tools/run_lookup.py paths          (every record the
+        declaration asks for so far, under results/, done or not)
+    .venv/bin/python tools/run_lookup.py bridge         (records of older
+        code: the code then and now, on one machine, must train the first
+        BRIDGE_STEPS steps bit for bit alike)
+
+`python -m transformer experiment e15b` runs sweep, gate and ladders in
+turn (an item of transformer.reproduce.REPRODUCE, which reads `paths`).
 
 Section "E15b" of chapter "Ablations" reads the records.
 """
@@ -43,6 +51,8 @@ from transformer.lookup import (LOOKUP_TASK, evaluate_lookup,  # noqa: E402
 OUT = ROOT / "results" / "experiments" / "E15b"
 CKPT = ROOT / "results" / "tmp" / "e15b"  # git-ignored: checkpoints, curves
 PHASES = ("sweep", "gate", "ladder", "ladder_h2", "extend", "ladders")
+BRIDGES = OUT / "bridges"
+BRIDGE_STEPS = 200
 SWEEP_SEED, GATE_SEEDS = 100, (0, 1, 2)
 RECIPE = {"batch_size": 64, "steps": 4000, "warmup_steps": 100,
           "weight_decay": 0.1}
@@ -281,9 +291,122 @@ def run(job):
     return rec
 
 
+def all_jobs():
+    """Every job the declaration asks for so far: the sweep (with its
+    extension stage when the rule calls for it), the gate, and the ladders
+    in amendment 3's order."""
+    jobs = sweep_jobs()
+    ext = (select() or {}).get("extend")
+    return jobs + ([ext] if ext else []) + gate_jobs() + ladders_jobs()
+
+
+def record_path(job) -> Path:
+    return OUT / job["phase"] / f"{job['name']}.json"
+
+
+# Run in a checkout (the current one or a worktree of an older commit) with
+# that checkout's own package and run_lookup: the first train losses of a
+# record's job, one per step, as JSON on stdout. The same text runs on both
+# sides of a bridge, so only the code under it differs.
+PREFIX = r"""
+import json, os, sys
+sys.path[:0] = [os.getcwd(), os.path.join(os.getcwd(), "tools")]
+import torch
+import transformer
+import run_lookup as rl
+assert transformer.__file__.startswith(os.getcwd()), transformer.__file__
+rec, K = json.load(open(sys.argv[1])), int(sys.argv[2])
+job = {k: rec[k] for k in ("name", "phase", "arm", "seed", "lr", "init",
+                           "steps", "task", "size")}
+torch.set_num_threads(1)
+model = rl.build(job)
+got = []
+class Enough(Exception):
+    pass
+def callback(step, history):
+    if step >= K:
+        got.extend(history["train_loss"])
+        raise Enough
+try:
+    rl.train_lookup(model, job["task"], job["steps"], rl.RECIPE["batch_size"],
+                    job["lr"], job["seed"], rl.RECIPE["warmup_steps"],
+                    rl.RECIPE["weight_decay"], callback=callback)
+except Enough:
+    pass
+print(json.dumps(got))
+"""
+
+
+def prefix_losses(record: Path, checkout: Path, steps: int) -> list:
+    """PREFIX run in `checkout` on the record at `record`."""
+    out = subprocess.run([sys.executable, "-c", PREFIX, str(record),
+                          str(steps)], cwd=checkout, capture_output=True,
+                         text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"{record.name} at {checkout}: "
+                           f"{out.stderr.strip().splitlines()[-1:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def bridge(steps: int = BRIDGE_STEPS, log=print) -> list[dict]:
+    """For every commit that made a record and whose code the item
+    `e15b` runs has changed since: per arm, its record with the least
+    wall time is trained `steps` steps by the code of that commit (a
+    temporary git worktree) and by the code now, on this machine, one
+    thread each; a bridge JSON records both loss lists and whether they
+    are bit-identical, written either way. A commit already bridged to
+    the code now is skipped."""
+    import tempfile
+    from transformer.bench import environment, git_commit
+    from transformer.reproduce import (REPRODUCE, code_differs, code_files,
+                                       recorded_commit)
+    now, tools_now = git_commit(), git_commit(folder="tools")
+    if not now or "+" in now or not tools_now or "+" in tools_now:
+        raise SystemExit("run_lookup.py: error: a bridge needs committed "
+                         f"code, and it is at {now}, tools {tools_now}")
+    files = code_files(REPRODUCE["e15b"], ROOT)
+    by = {}
+    for path in sorted(OUT.glob("*/*.json")):
+        if path.parent == BRIDGES:
+            continue
+        rec = json.loads(path.read_text())
+        c = recorded_commit(path)
+        if c and code_differs(c, ROOT, files):
+            by.setdefault((c, rec["arm"]), []).append((rec["wall_s"], path))
+    made = []
+    for (c, arm), recs in sorted(by.items()):
+        name = BRIDGES / f"{c[:7]}-{now[:7]}-{arm}.json"
+        if name.exists():
+            continue
+        path = min(recs)[1]
+        with tempfile.TemporaryDirectory() as tmp:
+            tree = Path(tmp) / "tree"
+            subprocess.run(["git", "worktree", "add", "--detach", "-q",
+                            str(tree), c], cwd=ROOT, check=True)
+            try:
+                old = prefix_losses(path, tree, steps)
+            finally:
+                subprocess.run(["git", "worktree", "remove", "--force",
+                                str(tree)], cwd=ROOT, check=True)
+        new = prefix_losses(path, ROOT, steps)
+        logged = json.loads(path.read_text())["train_loss"]
+        out = {"experiment": "E15b", "from": c, "to": now,
+               "tools_to": tools_now, "record": str(path.relative_to(OUT)),
+               "arm": arm, "steps": steps, "identical": old == new,
+               "old_matches_record": old[::50] == logged[:len(old[::50])],
+               "from_losses": old, "to_losses": new,
+               "machine": environment()}
+        atomic_write(name, json.dumps(out, indent=1) + "\n")
+        log(f"{c[:7]} -> {now[:7]} ({arm}, {path.name}, {steps} steps): "
+            + ("bit-identical" if old == new else "DIFFERS"))
+        made.append(out)
+    return made
+
+
 def main(argv=None) -> int:
     p = parser(__doc__)
-    p.add_argument("phase", choices=PHASES + ("list", "select"),
+    p.add_argument("phase", choices=PHASES + ("list", "select", "paths",
+                                              "bridge"),
                    help="the phase to run; `list PHASE` prints its jobs, done "
                         "or not; `select` the sweep's choice")
     p.add_argument("listed", nargs="?", choices=PHASES, metavar="PHASE",
@@ -294,6 +417,13 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.phase == "select":
         print(json.dumps(select(), indent=1))
+        return 0
+    if args.phase == "paths":
+        for j in all_jobs():
+            print(record_path(j).relative_to(ROOT / "results"))
+        return 0
+    if args.phase == "bridge":
+        bridge()
         return 0
     if args.phase == "list":
         if args.listed is None:

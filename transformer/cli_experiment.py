@@ -20,10 +20,12 @@ def _print_plan(exps, root: Path, items=()) -> int:
     """`experiment ID --plan`: one line per experiment, then per item of
     REPRODUCE, then the total; the compute left is the mean recorded wall
     time of an experiment's done runs times the runs left (unknown before
-    its first run), plus the declared minutes of every missing item."""
+    its first run), plus the declared minutes of every missing item less
+    what its files already record."""
     from transformer.bridges import joined_revisions, read_bridges
     from transformer.experiments import plan_points
-    from transformer.reproduce import item_minutes, item_state
+    from transformer.reproduce import (item_minutes, item_state,
+                                       recorded_minutes)
     left_s, unknown, stale_items = 0.0, [], 0
     for exp in exps:
         p = plan_points(exp, root)
@@ -45,8 +47,9 @@ def _print_plan(exps, root: Path, items=()) -> int:
     for item in items:
         state, detail = item_state(item, root.parent)
         minutes = item_minutes(item, root.parent)
-        left_s += (60 * float(minutes) if state == "missing"
-                   and minutes != "?" else 0.0)
+        if state == "missing" and minutes != "?":  # less what is in
+            left_s += 60 * max(0.0, float(minutes) - (
+                recorded_minutes(item, root.parent) or 0.0))
         stale_items += state == "stale"
         print(f"{item.name:<20} {state} ({detail}); about {minutes} min")
     print(f"left: about {left_s / 3600:.1f} core-hours"
@@ -82,7 +85,8 @@ def _run_items(items, root: Path, one: bool,
     that waits, or that writes only under the checkout's results/ while
     --root points elsewhere, is skipped with a line (an error for `one`).
     Section "Everything else the book reads"."""
-    from transformer.reproduce import (checkout_dir, missing_output,
+    from transformer.reproduce import (checkout_dir, item_outputs,
+                                       missing_output,
                                        relocatable, run_item)
     results = root.parent  # the items' files: results/, beside the grids
     here = results.resolve() == (checkout_dir() / "results").resolve()
@@ -101,7 +105,8 @@ def _run_items(items, root: Path, one: bool,
             print(f"{item.name}: {why}", flush=True)
             continue
         run_item(item, results, log=lambda s: print(s, flush=True))
-        print(f"{item.name}: wrote {', '.join(item.outputs)}", flush=True)
+        print(f"{item.name}: wrote {', '.join(item_outputs(item))}",
+              flush=True)
 
 
 def _print_list(exps, root: Path, items) -> int:
@@ -109,16 +114,17 @@ def _print_list(exps, root: Path, items) -> int:
     recorded, then each item with its command and how many of its files
     exist."""
     from transformer.experiments import count_records
-    from transformer.reproduce import item_minutes
+    from transformer.reproduce import item_minutes, item_outputs
     for exp in exps:
         have, n = count_records(exp, root)
         print(f"{exp.id:<4} {exp.title} ({have}/{n} runs)")
     for item in items:
-        have = sum(not (root.parent / o).is_file() for o in item.outputs)
+        outs = item_outputs(item)
+        have = sum((root.parent / o).is_file() for o in outs)
         print(f"{item.name:<20} about {item_minutes(item, root.parent)} min: "
               "python "
               + " && python ".join(item.commands)
-              + f" ({len(item.outputs) - have}/{len(item.outputs)} files)")
+              + f" ({have}/{len(outs)} files)")
     return 0
 
 
@@ -133,7 +139,9 @@ def _print_show(exps, items) -> int:
         print(f"{item.name}: about {item_minutes(item)} min "
               f"({item.source})\n"
               + "".join(f"  python {c}\n" for c in item.commands)
-              + "  writes: " + ", ".join(item.outputs)
+              + "  writes: " + (", ".join(item.outputs) if item.listing
+                                is None else f"what `python {item.listing}`"
+                                " lists")
               + (f"\n  needs: {', '.join(item.needs)}" if item.needs
                  else ""))
     return 0

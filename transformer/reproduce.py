@@ -14,7 +14,9 @@ __all__ = [
     "code_files",
     "known_commit",
     "code_differs",
+    "item_outputs",
     "missing_output",
+    "bridged",
     "item_state",
     "relocatable",
     "run_item",
@@ -43,7 +45,11 @@ class Item:
     its files' own, read by `item_minutes` when asked (the execution
     record, which every executed chapter rewrites). `needs`: items whose files
     it reads. `last`: it waits for every grid point and every other item.
-    Section "Everything else the book reads"."""
+    `listing`: for an item whose files depend on its own records (a ladder
+    cut at its first pass), a command line whose output names them, one
+    per line, in place of `outputs`. `bridges`: a folder under results/
+    of bridges that show older code trains like the code now (see
+    `item_state`). Section "Everything else the book reads"."""
     name: str
     commands: tuple[str, ...]
     outputs: tuple[str, ...]
@@ -51,6 +57,8 @@ class Item:
     source: str
     needs: tuple[str, ...] = ()
     last: bool = False
+    listing: str | None = None
+    bridges: str | None = None
 
 
 _MATMUL = ("tools/bench.py --name matmul_128 --threads 1 --number 10 "
@@ -122,6 +130,12 @@ REPRODUCE = {item.name: item for item in (
          "wall_s, every run"),
     Item("tokenizer-real", ("tools/bench_tokenizer.py --sections real",),
          ("tokenizer/real_vocab.json",), 1.6, "wall_s, every run"),
+    Item("e15b", ("tools/run_lookup.py sweep", "tools/run_lookup.py gate",
+                  "tools/run_lookup.py ladders"), (), 1330.0,
+         "wall_s, every run: the records' so far (12.1 h) and the three "
+         "T = 256 MLP rungs left, from the hidden-64 rung's CPU time "
+         "doubled per rung (about 10 h)", listing="tools/run_lookup.py paths",
+         bridges="experiments/E15b/bridges"),
     Item("book-numbers", ("tools/literate.py execute",
                           "tools/book_numbers.py"),
          ("report/book_numbers.json",), None, "the execution record",
@@ -263,10 +277,52 @@ def code_differs(commit: str, checkout: Path,
     return r.returncode != 0
 
 
+def item_outputs(item: Item, checkout: Path | None = None) -> tuple[str, ...]:
+    """The item's files: `outputs`, or what its `listing` prints now (run
+    from the checkout's root); ValueError naming the item if that fails."""
+    if item.listing is None:
+        return item.outputs
+    r = subprocess.run([sys.executable, *shlex.split(item.listing)],
+                       cwd=checkout or checkout_dir(), capture_output=True,
+                       text=True)
+    lines = tuple(line.strip() for line in r.stdout.splitlines()
+                  if line.strip())
+    if r.returncode != 0 or not lines:
+        raise ValueError(f"{item.name}: `python {item.listing}` listed no "
+                         f"files (exit code {r.returncode})")
+    return lines
+
+
 def missing_output(item: Item, results: Path) -> str | None:
     """The first of the item's files absent under `results`, or None."""
-    return next((out for out in item.outputs
+    return next((out for out in item_outputs(item)
                  if not (results / out).is_file()), None)
+
+
+def bridged(item: Item, commit: str, results: Path, checkout: Path,
+            files: tuple[str, ...]) -> str | None:
+    """The commit of the code now that the item's bridges join `commit`
+    to, or None: at least one bridge from `commit` (under results/
+    `item.bridges`) whose `to` (package) and `tools_to` (tools/) name code
+    that the item's `files` still equal, and every such bridge identical
+    (the old code and the code then named trained alike, bit for bit)."""
+    if item.bridges is None:
+        return None
+    found = []
+    for path in sorted((results / item.bridges).glob("*.json")):
+        b = json.loads(path.read_text())
+        if not str(b.get("from", "x")).startswith(commit[:7]):
+            continue
+        pkg = tuple(f for f in files if f.startswith("transformer/"))
+        tools = tuple(f for f in files if f.startswith("tools/"))
+        if (known_commit(b["to"], checkout)
+                and known_commit(b["tools_to"], checkout)
+                and not (pkg and code_differs(b["to"], checkout, pkg))
+                and not (tools and code_differs(b["tools_to"], checkout,
+                                                tools))):
+            found.append(b)
+    ok = bool(found) and all(b["identical"] is True for b in found)
+    return found[0]["to"][:7] if ok else None
 
 
 def item_state(item: Item, results: Path,
@@ -277,32 +333,49 @@ def item_state(item: Item, results: Path,
     test` checks against the executed notebooks), or one of the item's
     `code_files` that differs from the commit the file records for it:
     tools/ scripts against its `tools_commit` (its `git_commit` where it
-    records none), package modules against its `git_commit`. Section
+    records none), package modules against its `git_commit`, unless the
+    item's bridges join that commit to the code now (`bridged`). Section
     "Everything else the book reads"."""
     checkout = checkout or checkout_dir()
     if (out := missing_output(item, results)) is not None:
         return "missing", out
     files = code_files(item, checkout)
-    seen = set()
-    for out in item.outputs:
+    seen, joined, checked = set(), set(), {}
+    for out in item_outputs(item, checkout):
         code = recorded_commit(results / out)
         if code is None:
             if item.last:
                 continue
             return "stale", f"{out} records no code commit"
         tools = recorded_commit(results / out, "tools_commit") or code
-        seen.add(code)
-        for commit, folder in ((code, "transformer/"), (tools, "tools/")):
-            if "+" in commit:
-                return "stale", f"{commit}: made with uncommitted code"
-            if not known_commit(commit, checkout):
-                return "stale", f"{commit}: not a commit of this checkout"
-            mine = tuple(f for f in files if f.startswith(folder))
-            if mine and code_differs(commit, checkout, mine):
-                changed = next(f for f in mine
-                               if code_differs(commit, checkout, (f,)))
-                return "stale", f"{commit}: {changed} has changed since"
-    return "done", ", ".join(sorted(seen)) or "no commit recorded"
+        seen.add(code[:7])
+        if (code, tools) not in checked:
+            checked[code, tools] = _why_stale(code, tools, checkout, files)
+        why = checked[code, tools]
+        if why and "+" not in code and (
+                to := bridged(item, code, results, checkout, files)):
+            joined.add(f"{code[:7]} bridged to {to}")
+        elif why:
+            return "stale", why
+    return "done", ", ".join(sorted(joined) or sorted(seen)) or \
+        "no commit recorded"
+
+
+def _why_stale(code: str, tools: str, checkout: Path,
+               files: tuple[str, ...]) -> str | None:
+    """Why files made at package commit `code` and tools commit `tools`
+    are stale against the code now, or None."""
+    for commit, folder in ((code, "transformer/"), (tools, "tools/")):
+        if "+" in commit:
+            return f"{commit}: made with uncommitted code"
+        if not known_commit(commit, checkout):
+            return f"{commit}: not a commit of this checkout"
+        mine = tuple(f for f in files if f.startswith(folder))
+        if mine and code_differs(commit, checkout, mine):
+            changed = next(f for f in mine
+                           if code_differs(commit, checkout, (f,)))
+            return f"{commit}: {changed} has changed since"
+    return None
 
 
 def relocatable(item: Item) -> bool:
@@ -325,7 +398,7 @@ def run_item(item: Item, results: Path, log=print,
             raise ValueError(f"{item.name}: `python {line}` exited with "
                              f"code {code}; rerun `experiment "
                              f"{item.name}` once it is fixed")
-    for out in item.outputs:
+    for out in item_outputs(item, checkout):
         if not (results / out).is_file():
             raise ValueError(f"{item.name}: its commands finished but did "
                              f"not write {results / out}")
@@ -362,10 +435,11 @@ def recorded_minutes(item: Item, results: Path) -> float | None:
         rec = json.loads(path.read_text())
         return sum(v["seconds"] for v in rec["notebooks"].values()) / 60
     recs = [json.loads((results / out).read_text())
-            for out in item.outputs if out.endswith(".json")]
+            for out in item_outputs(item) if out.endswith(".json")
+            and (results / out).is_file()]
     if key in ("wall_s_total", "wall_s", "seconds"):
         return sum(r.get(key, 0.0) for r in recs) / 60
-    if key == "wall_s, every run":
+    if key.startswith("wall_s, every run"):
         return sum(map(_wall_sum, recs)) / 60
     if key == "time_utc, start to end":
         return sum(map(_utc_span, recs)) / 60
