@@ -1042,3 +1042,25 @@ def test_e35_extends_e23_by_its_widest_claim_spread():
     for f in ("variable", "model", "run", "stratum", "strata", "eval_text",
               "metrics", "overrides", "extras"):
         assert getattr(e35, f) == getattr(e23, f), f
+
+
+def test_a_probes_input_file_is_part_of_its_configuration(tmp_path,
+                                                          monkeypatch):
+    """E17 and E33 read the tiny model another command trains: its hash is
+    in their configuration, so a retrained model makes their records
+    stale; a probe without inputs has no such key (its older records stay
+    current)."""
+    import transformer.experiments as ex
+    from transformer.calibration import CALIBRATION_CHECKPOINT
+    from transformer.speculative import SPEC_TARGET
+    assert EXPERIMENTS["E17"].inputs == (CALIBRATION_CHECKPOINT,)
+    assert EXPERIMENTS["E33"].inputs == (SPEC_TARGET,)
+    assert "inputs" not in ex.probe_config(EXPERIMENTS["E16"])
+    monkeypatch.setattr(ex, "default_results_dir",
+                        lambda: tmp_path / "results" / "experiments")
+    probe = replace(EXPERIMENTS["E17"], inputs=("m.pt",))
+    assert ex.probe_config(probe)["inputs"] == {"m.pt": None}
+    (tmp_path / "m.pt").write_bytes(b"one")
+    first = ex.probe_config(probe)
+    (tmp_path / "m.pt").write_bytes(b"two")
+    assert ex.probe_config(probe) != first

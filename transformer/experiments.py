@@ -500,7 +500,9 @@ class Probe:
     """A declared check that is not a grid over one field (E10-E13):
     `measure(seed, smoke)` returns the record's "final" metrics (and may
     return raw series under the key "raw"); the runner writes one JSON per
-    seed; `metrics` are the columns of its summary table. Section
+    seed; `metrics` are the columns of its summary table; `inputs` the
+    files it reads that another command writes (paths from the checkout's
+    root), whose contents are part of its configuration. Section
     "Probes: E10 to E13 through the same runner"."""
     id: str
     title: str
@@ -510,6 +512,7 @@ class Probe:
     seeds: tuple = (0, 1, 2)
     metrics: tuple = ()
     is_smoke: bool = False
+    inputs: tuple = ()
     variable = "probe"  # so the grid summaries treat it as one point
     values = ("-",)
     stratum = None
@@ -544,19 +547,26 @@ def run_probe(probe, seed: int) -> dict:
 
 def probe_config(probe) -> dict:
     """What a probe's record is made with: its measurement's name, the
-    sha256 of that function's own source (None where Python keeps none)
-    and the metrics. A record whose probe_config differs is stale; what
-    the measurement calls is covered by the record's commit. Section
+    sha256 of that function's own source (None where Python keeps none),
+    the metrics, and for a probe with `inputs` the sha256 of each (None
+    while it is missing). A record whose probe_config differs is stale;
+    what the measurement calls is covered by the record's commit. Section
     "Probes"."""
     m = probe.measure
     try:
         source = inspect.getsource(m)
     except (OSError, TypeError):
         source = None
-    return {"measure": f"{m.__module__}.{m.__qualname__}",
-            "source_sha256": source and hashlib.sha256(
-                source.encode()).hexdigest(),
-            "metrics": list(probe.metrics)}
+    config = {"measure": f"{m.__module__}.{m.__qualname__}",
+              "source_sha256": source and hashlib.sha256(
+                  source.encode()).hexdigest(),
+              "metrics": list(probe.metrics)}
+    if probe.inputs:  # absent otherwise: older records stay comparable
+        root = default_results_dir().parent.parent
+        config["inputs"] = {
+            path: hashlib.sha256((root / path).read_bytes()).hexdigest()
+            if (root / path).is_file() else None for path in probe.inputs}
+    return config
 
 
 # the probes' adapters moved from transformer/ablations.py to

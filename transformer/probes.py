@@ -241,6 +241,7 @@ _E16 = Probe("E16", "The score scale at initialisation, across head widths",
                     "unscaled at d_k = 4096")
 _E17 = Probe("E17", "Temperature calibration of the trained tiny model",
           measure_calibration, seeds=(0,),
+          inputs=("results/sampling/tiny_gpt.pt",),
           metrics=("tau_hat", "tau_lo", "tau_hi", "ece_before", "ece_after",
                    "ece_floor", "nll_gain"),
           prediction="the fitted temperature within [0.9, 1.1], an ECE "
@@ -301,7 +302,7 @@ def measure_speculative(seed: int, smoke: bool = False) -> dict:
 
 _E33 = Probe(
     "E33", "Speculative decoding: acceptance, tokens per call, speed-up",
-    measure_speculative, seeds=(0,),
+    measure_speculative, seeds=(0,), inputs=("results/sampling/tiny_gpt.pt",),
     metrics=("alpha_bigram_max_t1", "alpha_gpt_min_t1", "alpha_gpt_max_t1",
              "c_gpt_min_t1", "speedup_lo_max_t1", "tokens_off_max_t1",
              "alpha_gpt_min_t0", "speedup_lo_max_t0"),
