@@ -337,3 +337,18 @@ def test_a_bridge_prefix_retrains_a_record_bit_for_bit(tmp_path,
         losses = run_lookup.prefix_losses(path, ROOT, 51)
         assert len(losses) == 51
         assert losses[::50] == rec["train_loss"][:2], job["arm"]
+
+
+def test_e15b_bridges_name_their_records_and_hold():
+    """Each committed bridge names a committed record made at its `from`
+    commit, trained it as many steps as it says on both sides, and found
+    the code then and the code at `to` alike, bit for bit."""
+    import run_lookup
+    bridges = sorted(run_lookup.BRIDGES.glob("*.json"))
+    assert bridges
+    for path in bridges:
+        b = json.loads(path.read_text())
+        rec = json.loads((run_lookup.OUT / b["record"]).read_text())
+        assert rec["git_commit"] == b["from"] and rec["arm"] == b["arm"]
+        assert len(b["from_losses"]) == len(b["to_losses"]) >= b["steps"]
+        assert b["identical"] and b["from_losses"] == b["to_losses"], path

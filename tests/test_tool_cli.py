@@ -43,6 +43,7 @@ BAD_IN_PROCESS = [
     ("bench", ["--name", "x", "--stmt", "pass", "--number", "0"],
      "--number"),
     ("book_numbers", ["--check", "extra"], "extra"),
+    ("bridge_e15b", ["--steps", "0"], "--steps"),
 ]
 HELP = ["bench_training.py", "book_numbers.py"]  # and in-process below
 HELP_IN_PROCESS = ["bench", "training_results"]

@@ -17,9 +17,10 @@ model trains on one thread at the lowest priority (the host is shared):
     .venv/bin/python tools/run_lookup.py select         (the sweep's choice)
     .venv/bin/python tools/run_lookup.py paths          (every record the
         declaration asks for so far, under results/, done or not)
-    .venv/bin/python tools/run_lookup.py bridge         (records of older
+    .venv/bin/python tools/bridge_e15b.py               (records of older
         code: the code then and now, on one machine, must train the first
-        BRIDGE_STEPS steps bit for bit alike)
+        BRIDGE_STEPS steps bit for bit alike; a tool of its own, so that
+        the bookkeeping it imports is not code the records depend on)
 
 `python -m transformer experiment e15b` runs sweep, gate and ladders in
 turn (an item of transformer.reproduce.REPRODUCE, which reads `paths`).
@@ -348,65 +349,9 @@ def prefix_losses(record: Path, checkout: Path, steps: int) -> list:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def bridge(steps: int = BRIDGE_STEPS, log=print) -> list[dict]:
-    """For every commit that made a record and whose code the item
-    `e15b` runs has changed since: per arm, its record with the least
-    wall time is trained `steps` steps by the code of that commit (a
-    temporary git worktree) and by the code now, on this machine, one
-    thread each; a bridge JSON records both loss lists and whether they
-    are bit-identical, written either way. A commit already bridged to
-    the code now is skipped."""
-    import tempfile
-    from transformer.bench import environment, git_commit
-    from transformer.reproduce import (REPRODUCE, code_differs, code_files,
-                                       recorded_commit)
-    now, tools_now = git_commit(), git_commit(folder="tools")
-    if not now or "+" in now or not tools_now or "+" in tools_now:
-        raise SystemExit("run_lookup.py: error: a bridge needs committed "
-                         f"code, and it is at {now}, tools {tools_now}")
-    files = code_files(REPRODUCE["e15b"], ROOT)
-    by = {}
-    for path in sorted(OUT.glob("*/*.json")):
-        if path.parent == BRIDGES:
-            continue
-        rec = json.loads(path.read_text())
-        c = recorded_commit(path)
-        if c and code_differs(c, ROOT, files):
-            by.setdefault((c, rec["arm"]), []).append((rec["wall_s"], path))
-    made = []
-    for (c, arm), recs in sorted(by.items()):
-        name = BRIDGES / f"{c[:7]}-{now[:7]}-{arm}.json"
-        if name.exists():
-            continue
-        path = min(recs)[1]
-        with tempfile.TemporaryDirectory() as tmp:
-            tree = Path(tmp) / "tree"
-            subprocess.run(["git", "worktree", "add", "--detach", "-q",
-                            str(tree), c], cwd=ROOT, check=True)
-            try:
-                old = prefix_losses(path, tree, steps)
-            finally:
-                subprocess.run(["git", "worktree", "remove", "--force",
-                                str(tree)], cwd=ROOT, check=True)
-        new = prefix_losses(path, ROOT, steps)
-        logged = json.loads(path.read_text())["train_loss"]
-        out = {"experiment": "E15b", "from": c, "to": now,
-               "tools_to": tools_now, "record": str(path.relative_to(OUT)),
-               "arm": arm, "steps": steps, "identical": old == new,
-               "old_matches_record": old[::50] == logged[:len(old[::50])],
-               "from_losses": old, "to_losses": new,
-               "machine": environment()}
-        atomic_write(name, json.dumps(out, indent=1) + "\n")
-        log(f"{c[:7]} -> {now[:7]} ({arm}, {path.name}, {steps} steps): "
-            + ("bit-identical" if old == new else "DIFFERS"))
-        made.append(out)
-    return made
-
-
 def main(argv=None) -> int:
     p = parser(__doc__)
-    p.add_argument("phase", choices=PHASES + ("list", "select", "paths",
-                                              "bridge"),
+    p.add_argument("phase", choices=PHASES + ("list", "select", "paths"),
                    help="the phase to run; `list PHASE` prints its jobs, done "
                         "or not; `select` the sweep's choice")
     p.add_argument("listed", nargs="?", choices=PHASES, metavar="PHASE",
@@ -421,9 +366,6 @@ def main(argv=None) -> int:
     if args.phase == "paths":
         for j in all_jobs():
             print(record_path(j).relative_to(ROOT / "results"))
-        return 0
-    if args.phase == "bridge":
-        bridge()
         return 0
     if args.phase == "list":
         if args.listed is None:
