@@ -177,6 +177,10 @@ def test_stale_is_a_file_made_with_other_code(tmp_path):
         "stale", "a.json records no code commit")
     last = Item("x", ("-c pass",), ("a.json",), 0.1, "a test", last=True)
     assert reproduce.item_state(last, tmp_path)[0] == "done"
+    (tmp_path / "m.pt").write_bytes(b"weights")  # judged by its JSON
+    (tmp_path / "b.json").write_text(json.dumps({"git_commit": HEAD}))
+    pair = Item("y", ("-c pass",), ("b.json", "m.pt"), 0.1, "a test")
+    assert reproduce.item_state(pair, tmp_path) == ("done", HEAD)
     for commit in ("0000000", "abcdef0+dirty"):
         (tmp_path / "a.json").write_text(json.dumps(
             {"environment": {"git_commit": commit}}))
