@@ -97,14 +97,14 @@ REPRODUCE = {item.name: item for item in (
                 "training-bigram-2")),
     Item("training-preset-time", ("tools/training_results.py "
                                   "preset-time",),
-         ("training/preset-time.json",), 1.7, "wall_s_total"),
+         ("training/preset-time.json",), 0.1, "wall_s_total"),
     Item("bench-training", ("tools/bench_training.py --profile",),
          ("training/bench_training.json",), 3.9,
          "time_utc, start to end"),
     Item("bench-preset", ("tools/bench_training.py --shapes preset_tiny "
                           "--impls ours_before ours ours_compiled --out "
                           "results/training/bench_preset.json",),
-         ("training/bench_preset.json",), 0.8, "time_utc, start to end"),
+         ("training/bench_preset.json",), 0.6, "time_utc, start to end"),
     Item("bench-kv-cache", ("tools/bench_kv_cache.py",),
          ("kv_cache/decode_latency.json",), 1.5,
          "time_utc, start to end"),
@@ -113,7 +113,7 @@ REPRODUCE = {item.name: item for item in (
     Item("decode-roofline", ("tools/bench_decode_roofline.py",),
          ("kv_cache/decode_roofline.json",), 2.2, "wall_s"),
     Item("gqa-decode", ("tools/bench_gqa_decode.py",),
-         ("extattn/gqa_decode.json",), 0.5, "wall_s"),
+         ("extattn/gqa_decode.json",), 0.3, "wall_s"),
     Item("tiled", (_TILED,), ("extattn/tiled.json",), 2.0,
          "chapter 18's text"),
     Item("attention-time", ("tools/attention_time.py",),
@@ -126,7 +126,7 @@ REPRODUCE = {item.name: item for item in (
          ("norm_gradients/grad_norms.json",), 0.1, "seconds"),
     Item("tokenizer", ("tools/bench_tokenizer.py --sections "
                        "compression,benchmark",),
-         ("tokenizer/compression.json", "tokenizer/benchmark.json"), 5.6,
+         ("tokenizer/compression.json", "tokenizer/benchmark.json"), 4.6,
          "wall_s, every run"),
     Item("tokenizer-real", ("tools/bench_tokenizer.py --sections real",),
          ("tokenizer/real_vocab.json",), 0.7, "wall_s, every run"),
