@@ -185,7 +185,8 @@ def save_trained(model, tok, val_loss, val_ids, cfg) -> None:
               "steps": cfg.steps, "batch": cfg.batch_size,
               "seq": model.config.block_size, "val_loss": val_loss,
               "chars_per_token_val": len(val_text) / len(val_ids),
-              "ln_V": math.log(model.config.vocab_size)}
+              "ln_V": math.log(model.config.vocab_size),
+              "environment": environment()}
     write_json(record, root / "train_tiny.json")
 
 
