@@ -159,7 +159,7 @@ RULES = [
 ALLOW = [  # settings, thresholds and definitions the report states
     ("contexts of 64 to 1024 positions",
      "the roofline benchmark's declared context lengths, a setting"),
-    ('the target of one and a half is',
+    ('the target, at most one and a half times the',
      'the decode target (1.5 times the floor) the book set itself'),
     ('At twice the trained length every arm',
      '2T, the setting E4 measures at'),

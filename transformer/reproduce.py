@@ -81,16 +81,16 @@ REPRODUCE = {item.name: item for item in (
     Item("training-e10", ("tools/training_results.py e10",),
          ("training/e10.json",), 0.5, "wall_s_total"),
     Item("training-shuffled", ("tools/training_results.py shuffled",),
-         ("training/shuffled.json",), 0.5, "wall_s_total"),
+         ("training/shuffled.json",), 0.3, "wall_s_total"),
     Item("training-bigram-0", ("tools/training_results.py bigram "
-                               "--seeds 0",), _BIGRAM_0, 4.3,
+                               "--seeds 0",), _BIGRAM_0, 2.4,
          "wall_s_total"),
     Item("training-bigram-1", ("tools/training_results.py bigram "
                                "--seeds 1",),
-         ("training/bigram-1.json",), 4.2, "wall_s_total"),
+         ("training/bigram-1.json",), 2.3, "wall_s_total"),
     Item("training-bigram-2", ("tools/training_results.py bigram "
                                "--seeds 2",),
-         ("training/bigram-2.json",), 4.3, "wall_s_total"),
+         ("training/bigram-2.json",), 2.3, "wall_s_total"),
     Item("training-bigram", ("tools/training_results.py bigram-merge",),
          ("training/bigram.json",), 0.0, "wall_s_total",
          needs=("training-floor", "training-bigram-0", "training-bigram-1",
