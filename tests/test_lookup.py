@@ -185,6 +185,37 @@ def test_attention_maps_are_the_models_own_weights():
                                    rtol=1e-4, atol=1e-5)
 
 
+def test_the_mlp_at_the_answers_only_is_the_same_function_and_gradient():
+    """Amendment 4: LookupMLP.logits_at computes only the answer positions;
+    logits, loss and every parameter's gradient equal the whole-sequence
+    computation's up to float rounding (the sums run in another order)."""
+    from transformer.lookup import _AnswerLoss
+    task = {**LOOKUP_TASK, "seq_len": 32}
+    d = _batch(16, **task)
+    x, y = d["x"], (d["answer"], d["target"])
+    mlp = lookup_mlp(task, 32, 8, hidden=16, seed=0)
+    with torch.no_grad():
+        torch.testing.assert_close(mlp.logits_at(x, d["answer"]),
+                                   mlp(x)[0][d["answer"]],
+                                   rtol=1e-5, atol=1e-6)
+    grads = []
+    for fast in (False, True):
+        mlp.zero_grad()
+        z, loss = _AnswerLoss(mlp, fast)(x, y)
+        assert z.shape == ((d["answer"].sum(), K + V + 1) if fast
+                           else (16, 32, K + V + 1))
+        loss.backward()
+        grads.append([p.grad.clone() for p in mlp.parameters()])
+    for a, b in zip(*grads):
+        assert a.abs().max() > 0
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)
+    with pytest.raises(ValueError, match="at: expected a bool tensor"):
+        mlp.logits_at(x, d["answer"].long())
+    with pytest.raises(ValueError, match="answers_only: computes a LookupMLP"):
+        train_lookup(lookup_gpt(task, 8, 1), task, 2, 4, 1e-3, 0,
+                     answers_only=True)
+
+
 def test_training_is_deterministic_and_scores_answers_only():
     a = lookup_gpt(LOOKUP_TASK, 8, 1, seed=0)
     b = lookup_gpt(LOOKUP_TASK, 8, 1, seed=0)
@@ -274,6 +305,22 @@ def test_the_ladder_runs_smallest_first_and_stops_at_the_first_pass(
     assert order.index(ext) < last_h1 < min(
         i for i, j in enumerate(order)
         if j["arm"] == "mlp" and j["task"]["seq_len"] == 256)
+    # amendment 4: the MLP rungs at T = 256 from hidden 128 train at the
+    # answer positions only, under their declared names; amend4 reruns the
+    # narrower two that way, with files of its own
+    fast = {j["size"]["hidden"]: j.get("answers_only", False) for j in order
+            if j["arm"] == "mlp" and j["task"]["seq_len"] == 256}
+    assert fast == {32: False, 64: False, 128: True, 256: True, 512: True}
+    assert not any(j.get("answers_only") for j in order
+                   if j["task"]["seq_len"] < 256 or j["arm"] == "attn")
+    again = run_lookup.amend4_jobs()
+    assert [(j["phase"], j["size"]["hidden"], j["answers_only"])
+            for j in again] == [("amend4", 32, True), ("amend4", 64, True)]
+    (first,) = [j for j in order if j["arm"] == "mlp"
+                and j["task"]["seq_len"] == 256 and j["size"]["hidden"] == 32]
+    assert again[0]["name"] == first["name"]
+    assert run_lookup._scratch(again[0], ".pt") != run_lookup._scratch(
+        first, ".pt")
 
 
 @pytest.mark.parametrize("case", ["none", "earlier", "saved"])
@@ -330,9 +377,12 @@ def test_a_bridge_prefix_retrains_a_record_bit_for_bit(tmp_path,
     for job in (run_lookup._job("ladder", "attn", 0, 1e-2, "gpt2", 60, task,
                                 n_embd=8, n_head=2),
                 run_lookup._job("ladder", "mlp", 0, 1e-2, steps=60, task=task,
-                                window=16, n_embd=8, hidden=16)):
+                                window=16, n_embd=8, hidden=16),
+                run_lookup._job("amend4", "mlp", 0, 1e-2, steps=60, task=task,
+                                answers_only=True, window=16, n_embd=8,
+                                hidden=16)):
         rec = run_lookup.run(job)
-        path = tmp_path / f"{job['arm']}.json"
+        path = tmp_path / f"{job['phase']}-{job['arm']}.json"
         path.write_text(json.dumps(rec))
         losses = run_lookup.prefix_losses(path, ROOT, 51)
         assert len(losses) == 51

@@ -13,6 +13,9 @@ model trains on one thread at the lowest priority (the host is shared):
         the largest T, where the two-head rungs come first, then the
         extended two-head run, the one-head rungs left and the MLP rungs
         there last; each rung list cut after its first pass)
+    nice -n 19 .venv/bin/python tools/run_lookup.py amend4    (amendment 4:
+        the two narrower MLP rungs at T = 256 trained again at the answer
+        positions only, as the wider ones there are)
     .venv/bin/python tools/run_lookup.py list PHASE     (jobs, done or not)
     .venv/bin/python tools/run_lookup.py select         (the sweep's choice)
     .venv/bin/python tools/run_lookup.py paths          (every record the
@@ -51,7 +54,8 @@ from transformer.lookup import (LOOKUP_TASK, evaluate_lookup,  # noqa: E402
 
 OUT = ROOT / "results" / "experiments" / "E15b"
 CKPT = ROOT / "results" / "tmp" / "e15b"  # git-ignored: checkpoints, curves
-PHASES = ("sweep", "gate", "ladder", "ladder_h2", "extend", "ladders")
+PHASES = ("sweep", "gate", "ladder", "ladder_h2", "extend", "ladders",
+          "amend4")
 BRIDGES = OUT / "bridges"
 BRIDGE_STEPS = 200
 SWEEP_SEED, GATE_SEEDS = 100, (0, 1, 2)
@@ -64,18 +68,24 @@ MLP_EMBD = 16
 LADDER_T = (32, 64, 128, 256)
 LADDER_ATTN_D = (8, 16, 32, 64)
 LADDER_MLP_HIDDEN = (32, 64, 128, 256, 512)
+# Amendment 4: the MLP rungs at the largest T from this width up train the
+# MLP at the answer positions only (LookupMLP.logits_at, the same function);
+# phase amend4 reruns the two narrower rungs there that way, for comparison.
+ANSWERS_ONLY_FROM = 128
 
 
-def _job(phase, arm, seed, lr, init="gpt2", steps=None, task=None, **size):
+def _job(phase, arm, seed, lr, init="gpt2", steps=None, task=None,
+         answers_only=False, **size):
     task = dict(task or LOOKUP_TASK)
     steps = steps or RECIPE["steps"]
     parts = [arm, f"T={task['seq_len']}"] + [f"{k}={v}" for k, v in
                                               sorted(size.items())]
     parts += [f"init={init}"] if arm == "attn" else []
     parts += [f"lr={lr:g}", f"steps={steps}", f"seed={seed}"]
-    return {"name": "_".join(parts), "phase": phase, "arm": arm,
-            "seed": seed, "lr": lr, "init": init, "steps": steps,
-            "task": task, "size": size}
+    job = {"name": "_".join(parts), "phase": phase, "arm": arm,
+           "seed": seed, "lr": lr, "init": init, "steps": steps,
+           "task": task, "size": size}
+    return {**job, "answers_only": True} if answers_only else job
 
 
 def sweep_jobs():
@@ -173,7 +183,8 @@ def _ladder(phase, T):
             n_embd=D, n_head=2))
     mlp = _rungs(phase, LADDER_MLP_HIDDEN, lambda h: _job(
         phase, "mlp", 0, lr_m, steps=a["steps"], task=task, window=T,
-        n_embd=MLP_EMBD, hidden=h))
+        n_embd=MLP_EMBD, hidden=h,
+        answers_only=T == LADDER_T[-1] and h >= ANSWERS_ONLY_FROM))
     attn = _rungs(phase, LADDER_ATTN_D, lambda D: _job(
         phase, "attn", 0, a["lr"], a["init"], a["steps"], task, n_embd=D,
         n_head=1))
@@ -222,9 +233,25 @@ def ladders_jobs():
     return jobs + mlp[longest]
 
 
+def amend4_jobs():
+    """Amendment 4's comparison: the MLP rungs at the largest T below
+    ANSWERS_ONLY_FROM, which ran with the whole sequence computed, trained
+    again at the answer positions only (same seed, recipe and name; records
+    under amend4/). Beside the ladder; no rung's answer comes from them."""
+    s = select()
+    if s is None or "mlp" not in s:
+        return []
+    T, lr_m = LADDER_T[-1], s["mlp"]["lr"]
+    task = {**LOOKUP_TASK, "seq_len": T}
+    return [_job("amend4", "mlp", 0, lr_m, steps=s["attn"]["steps"],
+                 task=task, answers_only=True, window=T, n_embd=MLP_EMBD,
+                 hidden=h)
+            for h in LADDER_MLP_HIDDEN if h < ANSWERS_ONLY_FROM]
+
+
 JOBS = {"sweep": sweep_jobs, "gate": gate_jobs, "ladder": ladder_jobs,
         "ladder_h2": ladder_h2_jobs, "extend": extend_jobs,
-        "ladders": ladders_jobs}
+        "ladders": ladders_jobs, "amend4": amend4_jobs}
 
 
 def build(job):
@@ -252,14 +279,21 @@ def _commit():
         return None
 
 
+def _scratch(job, suffix: str) -> Path:
+    """A job's checkpoint or curve file under CKPT (the curve survives a
+    kill); amend4's jobs rerun ladder jobs under their names, so their
+    files are prefixed."""
+    stem = job["name"] if job["phase"] != "amend4" else f"amend4-{job['name']}"
+    return CKPT / f"{stem}{suffix}"
+
+
 def run(job):
     torch.set_num_threads(1)
     commit = _commit()
     model = build(job)
     n_params = sum(p.numel() for p in model.parameters())
     CKPT.mkdir(parents=True, exist_ok=True)
-    ckpt = CKPT / f"{job['name']}.pt"
-    side = CKPT / f"{job['name']}.curve.json"  # the curve survives a kill
+    ckpt, side = _scratch(job, ".pt"), _scratch(job, ".curve.json")
     curve = json.loads(side.read_text()) if side.exists() else []
 
     def callback(step, history):
@@ -276,7 +310,8 @@ def run(job):
                         RECIPE["warmup_steps"], RECIPE["weight_decay"],
                         callback=callback,
                         checkpoint_path=ckpt if job["arm"] == "attn" else None,
-                        checkpoint_interval=CURVE_EVERY)
+                        checkpoint_interval=CURVE_EVERY,
+                        answers_only=job.get("answers_only", False))
     n_eval = 2048 if job["phase"] != "sweep" else 1024
     final = evaluate_lookup(model, job["task"], n_eval)
     rec = {"experiment": "E15b", **job, "n_params": n_params,
@@ -298,7 +333,8 @@ def all_jobs():
     in amendment 3's order."""
     jobs = sweep_jobs()
     ext = (select() or {}).get("extend")
-    return jobs + ([ext] if ext else []) + gate_jobs() + ladders_jobs()
+    return (jobs + ([ext] if ext else []) + gate_jobs() + amend4_jobs()
+            + ladders_jobs())
 
 
 def record_path(job) -> Path:
@@ -328,10 +364,11 @@ def callback(step, history):
     if step >= K:
         got.extend(history["train_loss"])
         raise Enough
+fast = {"answers_only": True} if rec.get("answers_only") else {}
 try:
     rl.train_lookup(model, job["task"], job["steps"], rl.RECIPE["batch_size"],
                     job["lr"], job["seed"], rl.RECIPE["warmup_steps"],
-                    rl.RECIPE["weight_decay"], callback=callback)
+                    rl.RECIPE["weight_decay"], callback=callback, **fast)
 except Enough:
     pass
 print(json.dumps(got))
@@ -391,7 +428,7 @@ def main(argv=None) -> int:
         try:
             rec = run(job)
         except TrainingInterrupted as stop:  # Ctrl-C or SIGTERM
-            ckpt = CKPT / f"{job['name']}.pt"
+            ckpt = _scratch(job, ".pt")
             saved = (f"{ckpt} holds step {stop.saved_step} (run the same "
                      "command to resume)" if stop.saved_step is not None
                      else f"{ckpt} is as it was (run the same command to "
@@ -406,8 +443,7 @@ def main(argv=None) -> int:
             return 128 + stop.signum
         path = OUT / job["phase"] / f"{job['name']}.json"
         atomic_write(path, json.dumps(rec, indent=1) + "\n")
-        for done in (CKPT / f"{job['name']}.pt",
-                     CKPT / f"{job['name']}.curve.json"):
+        for done in (_scratch(job, ".pt"), _scratch(job, ".curve.json")):
             done.unlink(missing_ok=True)
         f = rec["final"]
         print(f"  acc {f['acc']:.3f} in {f['acc_in']:.3f} out "

@@ -195,6 +195,23 @@ class LookupMLP(torch.nn.Module):
             h = torch.relu(layer(h))  # (B, T, hidden)
         return self.head(h), None  # (B, T, V)
 
+    def logits_at(self, idx: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
+        """The logits at the positions where `at` ((B, T) bool) is True,
+        (N, V) in the order of forward(idx)[0][at]: each position's window
+        is its own input, so the others need not be computed (amendment 4
+        of E15b's declaration; equal to forward's up to float rounding)."""
+        if at.shape != idx.shape or at.dtype != torch.bool:
+            raise ValueError(f"at: expected a bool tensor of shape "
+                             f"{tuple(idx.shape)}, got {at.dtype} "
+                             f"{tuple(at.shape)}")
+        B, T = idx.shape
+        pad = idx.new_full((B, self.window - 1), self.vocab_size)  # (B, W-1)
+        win = torch.cat([pad, idx], 1).unfold(1, self.window, 1)[at]  # (N, W)
+        h = self.wte(win).reshape(win.shape[0], -1)  # (N, W D)
+        for layer in self.layers:
+            h = torch.relu(layer(h))  # (N, hidden)
+        return self.head(h)  # (N, V)
+
 
 def lookup_mlp_params(vocab_size: int, window: int, n_embd: int,
                       hidden: int, n_hidden: int = 2) -> int:
@@ -225,13 +242,16 @@ class _AnswerLoss(torch.nn.Module):
     """`model` with the loss at the answer positions only: y is (answer
     (B, T) bool, target (B, T)). Section "E15b"."""
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, answers_only: bool = False):
         super().__init__()
-        self.model = model
+        self.model, self.answers_only = model, answers_only
         self.config = getattr(model, "config", None)  # checkpoints need it
 
     def forward(self, x, y):
         answer, target = y
+        if self.answers_only:  # a LookupMLP: (N, V) at the answers only
+            z = self.model.logits_at(x, answer)
+            return z, cross_entropy(z, target[answer])
         logits, _ = self.model(x)  # (B, T, V)
         return logits, cross_entropy(logits[answer], target[answer])
 
@@ -240,20 +260,26 @@ def train_lookup(model: torch.nn.Module, task: dict, steps: int,
                  batch_size: int, lr: float, seed: int,
                  warmup_steps: int = 100, weight_decay: float = 0.1,
                  callback=None, checkpoint_path=None,
-                 checkpoint_interval: int = 0) -> dict:
+                 checkpoint_interval: int = 0,
+                 answers_only: bool = False) -> dict:
     """Train on fresh batches of lookup_batch (the run's generator, seeded
     by `seed`) with the loss at the answer positions only, through the
     book's loop transformer.training.train: AdamW with betas (0.9, 0.999),
     warm-up then cosine to lr / 10, clipping at 1. callback(step, history)
     as train's; with checkpoint_path, a checkpoint every
     checkpoint_interval steps and a run that resumes from it (bit-identical
-    to an uninterrupted one, train's guarantee; a GPT only). Returns
-    train's history.
+    to an uninterrupted one, train's guarantee; a GPT only). With
+    answers_only (a LookupMLP only), the model is computed at the answer
+    positions alone (LookupMLP.logits_at): the same loss and gradients up
+    to float rounding, a fraction of the work. Returns train's history.
     Section "E15b"."""
     t = _check_task(task)
     if checkpoint_path is not None and not isinstance(model, GPT):
         raise ValueError("checkpoint_path: checkpoints hold a GPT only, got "
                          f"a {type(model).__name__}")
+    if answers_only and not isinstance(model, LookupMLP):
+        raise ValueError("answers_only: computes a LookupMLP at the answer "
+                         f"positions; got a {type(model).__name__}")
 
     def batches(gen):
         d = lookup_batch(batch_size, gen, t)
@@ -263,7 +289,7 @@ def train_lookup(model: torch.nn.Module, task: dict, steps: int,
                       grad_clip=1.0, weight_decay=weight_decay,
                       beta2=0.999, seed=seed,
                       checkpoint_interval=checkpoint_interval)
-    return train(_AnswerLoss(model), batches, None, cfg,
+    return train(_AnswerLoss(model, answers_only), batches, None, cfg,
                  checkpoint_path=checkpoint_path,
                  resume=checkpoint_path is not None, callback=callback)
 
