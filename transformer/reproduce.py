@@ -132,11 +132,10 @@ REPRODUCE = {item.name: item for item in (
          ("tokenizer/real_vocab.json",), 0.7, "wall_s, every run"),
     Item("e15b", ("tools/run_lookup.py sweep", "tools/run_lookup.py gate",
                   "tools/run_lookup.py amend4",
-                  "tools/run_lookup.py ladders"), (), 810.0,
-         "wall_s, every run: the records' before amendment 4 (12.1 h) and "
-         "its five MLP runs at T = 256, at the answer positions only "
-         "(about 1.3 h, from 0.12 to 0.17 s a step measured at hidden 64 "
-         "and 128)", listing="tools/run_lookup.py paths",
+                  "tools/run_lookup.py ladders"), (), 802.0,
+         "wall_s, every run: the 69 records' (13.4 h; amendment 4's five "
+         "MLP runs at T = 256, at the answer positions only, 1.2 h of it)",
+         listing="tools/run_lookup.py paths",
          bridges="experiments/E15b/bridges"),
     Item("book-numbers", ("tools/literate.py execute",
                           "tools/book_numbers.py"),
