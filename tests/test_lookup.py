@@ -402,3 +402,41 @@ def test_e15b_bridges_name_their_records_and_hold():
         assert rec["git_commit"] == b["from"] and rec["arm"] == b["arm"]
         assert len(b["from_losses"]) == len(b["to_losses"]) >= b["steps"]
         assert b["identical"] and b["from_losses"] == b["to_losses"], path
+
+
+def test_the_seed_ladders_cut_per_seed_and_list_every_record(
+        tmp_path, monkeypatch, capsys):
+    """Amendment 5 (tools/run_lookup_seeds.py): per T and seed the
+    two-head rungs run smallest first, cut after that seed's first pass;
+    `paths` names every committed record; an interrupted rung says what
+    its checkpoint holds, in one line."""
+    import signal
+
+    import run_lookup
+    import run_lookup_seeds as rs
+    from transformer.training import TrainingInterrupted
+    committed = set(rs.OUT.glob("*.json"))
+    listed = {rs.record_path(j) for j in rs.jobs()}
+    assert committed <= listed, sorted(committed - listed)[:3]
+    monkeypatch.setattr(rs, "OUT", tmp_path)
+    monkeypatch.setattr(run_lookup, "CKPT", tmp_path / "ckpt")
+    jobs = rs.jobs()
+    assert [(j["task"]["seq_len"], j["seed"]) for j in jobs[::4]] == [
+        (T, s) for T in rs.SEED_T for s in rs.SEEDS]
+    assert {j["size"]["n_head"] for j in jobs} == {2}
+    first = jobs[1]  # T = 32, seed 1, D = 16: passes, so D = 32, 64 go
+    rs.record_path(first).write_text(json.dumps(
+        {**first, "final": {"acc": 0.97, "acc_far": 0.96}}))
+    cut = [j["size"]["n_embd"] for j in rs.jobs((1,))
+           if j["task"]["seq_len"] == 32]
+    assert cut == [8, 16]
+    assert len(rs.jobs((2,))) == len(rs.SEED_T) * len(
+        run_lookup.LADDER_ATTN_D)
+
+    def interrupted(job):
+        raise TrainingInterrupted(300, 250, signal.SIGTERM)
+    monkeypatch.setattr(run_lookup, "run", interrupted)
+    assert rs.main(["run", "--seed", "2"]) == 128 + signal.SIGTERM
+    line = capsys.readouterr().err.strip()
+    assert "seed=2: interrupted by SIGTERM at step 300" in line
+    assert "holds step 250" in line and "\n" not in line
