@@ -227,13 +227,14 @@ CAPTIONS: dict[str, list[tuple[str, str, str]]] = {
          "(log-log), at step 0 and after step 10, median over the seeds, "
          "with Xiong et al.'s 1/sqrt(L) for pre-norm drawn through "
          "its depth-2 value."),
-        ('rungs = [r for ph in ladder for r in ladder[ph].values()]',
+        ('import run_lookup_seeds  # noqa: E402',
          "fig-e15b-ladder",
          "E15b's size ladder: every rung run, parameters against the "
          "sequence length T, filled where the model reached 0.95 accuracy "
          "(attention: on all queries and on those farther than T/2), hollow "
          "where it missed. The answer per family and T is its lowest "
-         "filled point."),
+         "filled point. Small circles to the left: the two-head rungs of "
+         "seeds 1 and 2."),
         ('attn_runs = [r for r in sweep.values() if r["arm"] == "attn"]',
          "fig-e15b-sweep",
          "E15b's recipe sweep (seed 100): held-out accuracy at the answer "
