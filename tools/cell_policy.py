@@ -633,6 +633,7 @@ TABLE.update({
         ('FAMILIES = (("ladder", "mlp", "full-window MLP"),', HI),
         ('import run_lookup_seeds  # noqa: E402', HI),
         ('def seed_answer(T, seed):', HI),
+        ("# the prose's reading, checked: no seed passes only", RC),
         ('def ladder_answer(ph, fam):', RC),
         ('from transformer.lookup import _AnswerLoss, lookup_batch', HI),
         ('assert gap < 1e-5 and rel < 1e-5', RC),
